@@ -1,0 +1,20 @@
+"""conv-core: pluggable convolutions for PyTorch.
+
+Call :func:`conv2d` (or ``conv1d``/``conv3d``) where you called
+``torch.nn.functional.conv2d``; the best installed backend runs it, forward
+and backward. See ``docs/`` for the design and for writing a backend.
+"""
+
+__version__ = "0.1.0"
+
+from .candidate import BackendInfo, Candidate, Declined  # noqa: E402
+from .engine import NoCandidateError, get_engine, reset  # noqa: E402
+from .functional import conv1d, conv2d, conv3d  # noqa: E402
+from .hookspec import hookimpl  # noqa: E402
+from .problem import ConvProblem  # noqa: E402
+from . import ops  # noqa: E402,F401  (registers the torch.library custom ops)
+
+__all__ = [
+    "BackendInfo", "Candidate", "ConvProblem", "Declined", "NoCandidateError", "conv1d", "conv2d", "conv3d",
+    "get_engine", "hookimpl", "reset",
+]

@@ -1,0 +1,109 @@
+"""What a backend offers: its identity, its candidates, and its reasons to decline.
+
+These are the values the hooks in :mod:`conv_core.hookspec` return. They are
+plain frozen dataclasses so that the core can check them (a wrong candidate is
+recorded as a plugin error, never run) and print them (``explain``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+#: Tags the core understands. Backends may add their own; these change ranking or use.
+KNOWN_TAGS = {
+    "deterministic": "bitwise the same result on every run with the same inputs",
+    "cuda_graph_safe": "can be captured in a CUDA graph (no host sync, no allocation that changes between runs)",
+    "needs_workspace": "allocates scratch memory beyond the result (see Candidate.workspace_bytes)",
+    "atomics": "accumulates with atomics; results may differ in the last bits between runs",
+    "experimental": "not run on hardware by its authors; ranked after every other candidate",
+    "interpreted": "runs under Triton's CPU interpreter (slow; for tests)",
+    "tf32": "float32 operands are rounded to tf32 in the matrix units (wider tolerance)",
+}
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """A backend's identity, returned by ``conv_core_backend_info``."""
+
+    name: str
+    version: str
+    targets: tuple[str, ...]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"backend name {self.name!r} must be a non-empty identifier")
+        object.__setattr__(self, "targets", tuple(self.targets))
+
+
+#: ``run(a, b, bias=None, *, out=None) -> Tensor``; see :class:`Candidate`.
+RunFn = Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way a backend can compute one problem.
+
+    ``run`` takes the direction's two operands, dense in the problem's layout
+    and dtypes (``fwd``: input, weight; ``bwd_data``: grad_output, weight;
+    ``bwd_weight``: input, grad_output), plus ``bias`` for a forward problem
+    that has one. It returns the result (shape ``problem.result_shape``, dtype
+    ``problem.result_dtype``, dense in ``problem.layout``). When ``out`` is
+    given it must write every element of ``out`` and return it; the
+    conformance kit passes a poisoned ``out`` to prove that.
+
+    ``estimate_us`` is the backend's own prediction of the run time; the core
+    prefers measured times when it has them (see :mod:`conv_core.ranking`).
+    ``error_factor`` widens the tolerance the conformance kit applies, for
+    kernels whose arithmetic is less exact than a plain dot product (Winograd
+    transforms, reduced-precision operands); see :mod:`conv_core.reference`.
+    """
+
+    backend: str
+    kernel: str
+    config: str
+    run: RunFn = field(compare=False, repr=False)
+    estimate_us: float = float("inf")
+    tags: frozenset[str] = frozenset()
+    workspace_bytes: int = 0
+    error_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tags", frozenset(self.tags))
+
+    @property
+    def kernel_id(self) -> str:
+        """Stable id ``backend:kernel:config``; keys tuning data and breaks ranking ties."""
+        return f"{self.backend}:{self.kernel}:{self.config}"
+
+
+@dataclass(frozen=True)
+class Declined:
+    """A backend's statement that it has no candidate for a problem, and why.
+
+    Returned in place of candidates so that ``explain`` can tell a user why a
+    backend they expected to win was not considered.
+    """
+
+    backend: str
+    reason: str
+
+
+def check_candidate(item: object, backend: str) -> Candidate | Declined:
+    """Return ``item`` if it is a well-formed Candidate or Declined of ``backend``; raise TypeError otherwise."""
+    if isinstance(item, Declined):
+        return item
+    if not isinstance(item, Candidate):
+        raise TypeError(f"backend {backend!r} returned {type(item).__name__}, not a Candidate or Declined")
+    if item.backend != backend:
+        raise TypeError(f"backend {backend!r} returned a candidate labelled {item.backend!r}")
+    if not callable(item.run):
+        raise TypeError(f"candidate {item.kernel_id} has no callable run")
+    if not (item.estimate_us > 0):
+        raise TypeError(f"candidate {item.kernel_id} has estimate_us={item.estimate_us}; it must be > 0")
+    if ":" in item.kernel or ":" in item.config or " " in item.kernel_id:
+        raise TypeError(f"candidate id {item.kernel_id!r} must not contain ':' in its parts or spaces")
+    return item

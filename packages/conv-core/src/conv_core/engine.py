@@ -1,0 +1,160 @@
+"""The engine: from a problem to a result, through the ranked candidates.
+
+It owns the loaded backends, the measured times and the per-problem choice
+cache. The first call of a problem gathers and ranks candidates; every later
+call is a dictionary lookup and the chosen candidate's launch. If a candidate
+raises when run, the failure is recorded on its backend, the candidate is
+dropped from that problem's ranking, and the next one runs: a broken kernel
+costs speed, never a result.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import torch
+
+from . import __version__
+from .arch import device_name
+from .candidate import Candidate
+from .problem import ConvProblem
+from .ranking import Ranked, Ranking, rank
+from .settings import Settings
+from .timing import is_capturing, median_us
+from .tuning import Timings
+
+log = logging.getLogger("conv_core")
+
+
+class NoCandidateError(RuntimeError):
+    """No backend (or not the one asked for) can run a problem."""
+
+
+class Engine:
+    def __init__(self, settings: Settings | None = None, registry=None) -> None:
+        from .plugins import Registry
+
+        self.settings = settings or Settings.from_env()
+        self.registry = registry or Registry(self.settings)
+        self._rankings: dict[tuple[str, str, str | None], Ranking] = {}
+        self._timings: dict[str, Timings] = {}
+        #: Hot-path cache of :mod:`conv_core.functional`: call signature -> (problem, ranking).
+        self.calls: dict[tuple, tuple[ConvProblem, Ranking]] = {}
+        self._lock = threading.Lock()
+        if self.settings.trace and not log.handlers:
+            logging.basicConfig()
+            log.setLevel(logging.INFO)
+
+    # ---- facts ---------------------------------------------------------------
+
+    def versions(self) -> dict[str, str]:
+        """Backend name -> version string (aten's includes torch's version: cuDNN changes with it)."""
+        versions = {b.name: b.info.version for b in self.registry.active()}
+        versions["aten"] = f"{__version__}+torch{torch.__version__}"
+        return versions
+
+    def timings(self, device: torch.device) -> Timings:
+        name = device_name(device)
+        if name not in self._timings:
+            from .arch import device_arch
+
+            self._timings[name] = Timings(name, device_arch(device), self.versions(), self.settings.tuning_db,
+                                          self.registry.tuning_tables())
+        return self._timings[name]
+
+    # ---- choosing ------------------------------------------------------------
+
+    def ranking(self, problem: ConvProblem, device: torch.device, backend: str | None = None) -> Ranking:
+        """The (cached) ranking of ``problem`` on ``device``, restricted to ``backend`` if given."""
+        backend = backend or self.settings.force_backend
+        key = (problem.key, str(device), backend)
+        found = self._rankings.get(key)
+        if found is None:
+            with self._lock:
+                found = self._rankings.get(key) or self._rank(problem, device, backend)
+                self._rankings[key] = found
+        return found
+
+    def _rank(self, problem: ConvProblem, device: torch.device, backend: str | None) -> Ranking:
+        candidates, declined = self.registry.candidates(problem, device, only=backend)
+        benchmarked = None
+        if self.settings.benchmark and candidates and not is_capturing(device):
+            benchmarked = self._benchmark(problem, device, candidates)
+        ranking = rank(problem, candidates, declined, self.timings(device), benchmarked)
+        if not ranking.ranked:
+            why = "; ".join(f"{d.backend}: {d.reason}" for d in ranking.declined) or "no backend is loaded"
+            raise NoCandidateError(f"no candidate{f' of backend {backend!r}' if backend else ''} for {problem.key} "
+                                   f"({why})")
+        if self.settings.trace:
+            log.info("conv_core: %s -> %s (%.1f us, %s)", problem.key, ranking.best.kernel_id, ranking.best.us,
+                     ranking.best.source)
+        return ranking
+
+    def _benchmark(self, problem: ConvProblem, device: torch.device, candidates: list[Candidate]) -> dict[str, float]:
+        """Opt-in first-use timing; a candidate that fails is left to its estimate."""
+        from .reference import random_operands
+
+        operands = random_operands(problem, device, seed=0)
+        times = {}
+        for c in candidates:
+            try:
+                times[c.kernel_id] = median_us(lambda: c.run(*operands), device, warmup=2, reps=10)
+            except Exception as exc:
+                log.warning("conv_core: benchmarking %s failed: %s", c.kernel_id, exc)
+        return times
+
+    # ---- running -------------------------------------------------------------
+
+    def run(self, problem: ConvProblem, device: torch.device, operands: tuple, backend: str | None = None,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+        """Compute ``problem`` on dense operands with the best candidate that does not fail."""
+        return self.execute(self.ranking(problem, device, backend), operands, out)
+
+    def execute(self, ranking: Ranking, operands: tuple, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the first candidate of ``ranking`` that does not raise."""
+        while True:
+            best: Ranked = ranking.ranked[0]
+            try:
+                return best.candidate.run(*operands, out=out)
+            except Exception as exc:
+                self._drop(ranking, best, exc)
+
+    def _drop(self, ranking: Ranking, failed: Ranked, exc: Exception) -> None:
+        plugin = self.registry.get(failed.candidate.backend)
+        if plugin is not None:
+            plugin.record_failure(f"run of {failed.kernel_id} on {ranking.problem.key}", exc)
+        with self._lock:
+            if ranking.ranked and ranking.ranked[0] is failed:
+                ranking.ranked.pop(0)
+                ranking.excluded.append((failed.kernel_id, f"failed when run: {type(exc).__name__}: {exc}"))
+        if not ranking.ranked:
+            raise exc
+
+    def reset(self) -> None:
+        """Forget every cached choice and measured time (settings and backends stay)."""
+        with self._lock:
+            self._rankings.clear()
+            self._timings.clear()
+            self.calls.clear()
+
+
+_engine: Engine | None = None
+_engine_lock = threading.Lock()
+
+
+def get_engine() -> Engine:
+    """The process-wide engine, created on first use."""
+    global _engine
+    if _engine is None:
+        with _engine_lock:
+            if _engine is None:
+                _engine = Engine()
+    return _engine
+
+
+def reset() -> None:
+    """Drop the process-wide engine: settings, backends and caches are re-read on next use."""
+    global _engine
+    with _engine_lock:
+        _engine = None

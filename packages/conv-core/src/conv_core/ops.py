@@ -1,0 +1,123 @@
+"""``torch.library`` custom ops, so ``torch.compile(fullgraph=True)`` traces through convolutions.
+
+The ops take the call's arguments as plain lists (padding flattened as
+``[left0, right0, left1, right1, ...]``; empty strings for "none") and run the
+same functions as the eager path. Fake implementations give shapes, dtypes and
+strides without running anything. The backward of ``conv_core::convolution``
+calls the two backward ops, so a compiled training step sees three opaque ops.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .functional import ConvArgs, backward_data, backward_weight, bias_grad, forward, pre_activation_grad
+from .problem import ConvProblem, detect_layout, empty_strided_for, torch_dtype
+
+
+def _args(stride, padding, dilation, groups, activation, out_dtype, backend) -> ConvArgs:
+    pairs = tuple((padding[i], padding[i + 1]) for i in range(0, len(padding), 2))
+    return ConvArgs(len(stride), tuple(stride), pairs, tuple(dilation), groups, activation or None,
+                    None if out_dtype is None else str(out_dtype).removeprefix("torch."), backend or None)
+
+
+def _flat(args: ConvArgs):
+    return (list(args.stride), [v for pair in args.padding for v in pair], list(args.dilation), args.groups,
+            args.activation or "", None if args.out_dtype is None else torch_dtype(args.out_dtype), args.backend or "")
+
+
+def _shape_problem(args: ConvArgs, input_shape, weight_shape, dtype, layout: str, direction: str) -> ConvProblem:
+    """A problem for shape arithmetic only (fake tensors have no real device to ask)."""
+    return ConvProblem(direction="fwd", batch=input_shape[0], in_channels=input_shape[1],
+                       out_channels=weight_shape[0], input_size=tuple(input_shape[2:]),
+                       filter_size=tuple(weight_shape[2:]), stride=args.stride, padding=args.padding,
+                       dilation=args.dilation, groups=args.groups, dtype=str(dtype).removeprefix("torch."),
+                       out_dtype=args.out_dtype or "", layout=layout, activation=args.activation,
+                       arch="cpu").with_direction(direction)
+
+
+def _fake_result(problem: ConvProblem, like: torch.Tensor) -> torch.Tensor:
+    return empty_strided_for(problem.result_shape, torch_dtype(problem.result_dtype), problem.layout, like.device)
+
+
+# ---- forward ------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("conv_core::convolution", mutates_args=())
+def convolution(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
+                padding: list[int], dilation: list[int], groups: int, activation: str,
+                out_dtype: torch.dtype | None, backend: str) -> torch.Tensor:
+    return forward(input, weight, bias, _args(stride, padding, dilation, groups, activation, out_dtype, backend))
+
+
+@convolution.register_fake
+def _(input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend):
+    args = _args(stride, padding, dilation, groups, activation, out_dtype, backend)
+    return _fake_result(_shape_problem(args, input.shape, weight.shape, input.dtype, detect_layout(input), "fwd"),
+                        input)
+
+
+def _setup_context(ctx, inputs, output):
+    input, weight, bias, *rest = inputs
+    ctx.args = _args(*rest)
+    ctx.layout = detect_layout(input)
+    ctx.save_for_backward(input, weight, bias, output if ctx.args.activation else None)
+
+
+def _backward(ctx, grad):
+    input, weight, bias, output = ctx.saved_tensors
+    args = ctx.args
+    flat = _flat(args)
+    g = pre_activation_grad(args, output, grad)
+    dx = dw = db = None
+    if ctx.needs_input_grad[0]:
+        dx = convolution_backward_data(g, weight, list(input.shape), ctx.layout, *flat[:4], flat[6])
+    if ctx.needs_input_grad[1]:
+        dw = convolution_backward_weight(input, g, list(weight.shape), *flat[:4], flat[6])
+    if bias is not None and ctx.needs_input_grad[2]:
+        db = bias_grad(g, bias)
+    return dx, dw, db, None, None, None, None, None, None, None
+
+
+convolution.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- backward -----------------------------------------------------------------------------------
+
+
+def _bwd_args(stride, padding, dilation, groups, backend) -> ConvArgs:
+    return _args(stride, padding, dilation, groups, "", None, backend)
+
+
+@torch.library.custom_op("conv_core::convolution_backward_data", mutates_args=())
+def convolution_backward_data(grad_output: torch.Tensor, weight: torch.Tensor, input_size: list[int], layout: str,
+                              stride: list[int], padding: list[int], dilation: list[int], groups: int,
+                              backend: str) -> torch.Tensor:
+    args = _bwd_args(stride, padding, dilation, groups, backend)
+    return backward_data(grad_output, weight, input_size, layout, args)
+
+
+@convolution_backward_data.register_fake
+def _(grad_output, weight, input_size, layout, stride, padding, dilation, groups, backend):
+    args = _bwd_args(stride, padding, dilation, groups, backend)
+    return _fake_result(_shape_problem(args, input_size, weight.shape, weight.dtype, layout, "bwd_data"), weight)
+
+
+@torch.library.custom_op("conv_core::convolution_backward_weight", mutates_args=())
+def convolution_backward_weight(input: torch.Tensor, grad_output: torch.Tensor, weight_size: list[int],
+                                stride: list[int], padding: list[int], dilation: list[int], groups: int,
+                                backend: str) -> torch.Tensor:
+    args = _bwd_args(stride, padding, dilation, groups, backend)
+    return backward_weight(input, grad_output, weight_size, args)
+
+
+@convolution_backward_weight.register_fake
+def _(input, grad_output, weight_size, stride, padding, dilation, groups, backend):
+    args = _bwd_args(stride, padding, dilation, groups, backend)
+    problem = _shape_problem(args, input.shape, weight_size, input.dtype, detect_layout(input), "bwd_weight")
+    return _fake_result(problem, input)
+
+
+def call_op(input, weight, bias, args: ConvArgs) -> torch.Tensor:
+    """The forward custom op for a normalised call (used while ``torch.compile`` traces)."""
+    return convolution(input, weight, bias, *_flat(args))

@@ -1,0 +1,199 @@
+"""Float64 references for the three directions, and the tolerance model.
+
+The forward reference is written out from the definition (pad, gather the
+filter windows, multiply-accumulate per group) rather than calling PyTorch's
+convolution, so that checking the ``aten`` backend is not circular. The two
+backward references are the float64 autograd gradients of that forward, so all
+three directions share one definition. For problems too large for the explicit
+gather (it materialises every window), PyTorch's float64 convolution is used;
+the tests cross-check the two.
+
+Tolerance model (per element ``i``, see ``docs/tolerance.md``)::
+
+    |out_i - ref_i| <= 2 u_out |ref_i| + (4 sqrt(L) u_acc + 2 E u_op) * absref_i
+
+- ``u_out``: unit roundoff of the result dtype (bf16 2^-8, fp16 2^-11, fp32 2^-24): the final rounding;
+- ``L``: the reduction length (``ConvProblem.reduction_length``), ``u_acc`` the accumulator's unit
+  roundoff (fp32: 2^-24): a sum of ``L`` rounded terms drifts like ``sqrt(L)`` on random data;
+- ``absref_i``: the same convolution of the operands' absolute values, ``sum |a||b|``: the scale that
+  rounding inside the sum is relative to (it is large exactly where cancellation makes ``ref_i`` small);
+- ``u_op``: rounding of the operands inside the kernel: 0 when they enter the matrix units exactly,
+  tf32 (2^-11) for candidates tagged ``tf32``, the input dtype's roundoff for candidates with
+  ``error_factor`` E > 1 (Winograd and other transforms that re-round derived operands).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from . import activations
+from .candidate import Candidate
+from .problem import ConvProblem, empty_strided_for, torch_dtype
+
+#: Unit roundoff per dtype name (half the distance from 1 to the next value).
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53, "tf32": 2.0**-11}
+
+#: Largest gathered-window tensor (elements) for the explicit forward; above it, torch's float64 conv.
+EXPLICIT_LIMIT = 1 << 25
+
+
+# ---- the forward definition -------------------------------------------------------------------
+
+
+def _padded(x: torch.Tensor, problem: ConvProblem) -> torch.Tensor:
+    return F.pad(x, [v for pair in reversed(problem.padding) for v in pair])
+
+
+def _forward_explicit(x: torch.Tensor, w: torch.Tensor, problem: ConvProblem) -> torch.Tensor:
+    """``y[n, k, o] = sum_{c, t} x_pad[n, c, o*s + t*d] * w[k, c, t]`` within each group."""
+    windows = _padded(x, problem)
+    for dim, (k, s, d) in enumerate(zip(problem.filter_size, problem.stride, problem.dilation)):
+        windows = windows.unfold(2 + dim, d * (k - 1) + 1, s)[..., ::d]
+    g, nd = problem.groups, problem.ndim
+    n, out = problem.batch, problem.output_size
+    windows = windows.reshape(n, g, problem.in_channels // g, *out, *problem.filter_size)
+    wg = w.reshape(g, problem.out_channels // g, problem.in_channels // g, *problem.filter_size)
+    spatial = "uvw"[:nd]
+    taps = "xyz"[:nd]
+    y = torch.einsum(f"ngc{spatial}{taps},gkc{taps}->ngk{spatial}", windows, wg)
+    return y.reshape(n, problem.out_channels, *out)
+
+
+def _forward_torch(x: torch.Tensor, w: torch.Tensor, problem: ConvProblem) -> torch.Tensor:
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[problem.ndim]
+    return conv(_padded(x, problem), w, None, problem.stride, 0, problem.dilation, problem.groups)
+
+
+def conv_forward64(x: torch.Tensor, w: torch.Tensor, problem: ConvProblem, method: str = "auto") -> torch.Tensor:
+    """The forward convolution without epilogue, in float64 (``method``: auto, explicit or torch)."""
+    x, w = x.double(), w.double()
+    if method == "auto":
+        size = problem.batch * problem.in_channels * math.prod(problem.output_size) * math.prod(problem.filter_size)
+        method = "explicit" if size <= EXPLICIT_LIMIT else "torch"
+    return (_forward_explicit if method == "explicit" else _forward_torch)(x, w, problem)
+
+
+# ---- the three directions ------------------------------------------------------------------------
+
+
+def reference(problem: ConvProblem, operands: tuple, method: str = "auto") -> torch.Tensor:
+    """Float64 result of ``problem`` on ``operands`` (ordered as ``Candidate.run`` takes them)."""
+    if problem.direction == "fwd":
+        x, w, bias = _fwd_operands(operands)
+        y = conv_forward64(x, w, problem, method)
+        if bias is not None:
+            y = y + bias.double().reshape(1, -1, *[1] * problem.ndim)
+        return activations.apply(problem.activation, y)
+    a, b = operands[:2]
+    if problem.direction == "bwd_data":
+        dy, w = a.double(), b.double()
+        x = torch.zeros(problem.input_shape, dtype=torch.float64, device=dy.device, requires_grad=True)
+        with torch.enable_grad():
+            (dx,) = torch.autograd.grad(conv_forward64(x, w, problem, method), x, dy)
+        return dx
+    x, dy = a.double(), b.double()
+    w = torch.zeros(problem.weight_shape, dtype=torch.float64, device=dy.device, requires_grad=True)
+    with torch.enable_grad():
+        (dw,) = torch.autograd.grad(conv_forward64(x, w, problem, method), w, dy)
+    return dw
+
+
+def _fwd_operands(operands: tuple):
+    x, w = operands[:2]
+    return x, w, operands[2] if len(operands) > 2 else None
+
+
+def absolute_reference(problem: ConvProblem, operands: tuple) -> torch.Tensor:
+    """``sum |a| |b|`` (+ ``|bias|``) for every result element: the scale rounding errors are relative to."""
+    linear = problem.replace(activation=None) if problem.direction == "fwd" else problem
+    return reference(linear, tuple(None if t is None else t.abs() for t in operands))
+
+
+# ---- tolerance -----------------------------------------------------------------------------------
+
+
+def operand_roundoff(problem: ConvProblem, candidate: Candidate | None) -> float:
+    """``u_op`` of the model: how much the candidate rounds operands before multiplying them."""
+    if candidate is None:
+        return 0.0
+    u = 0.0
+    if "tf32" in candidate.tags and problem.dtype == "float32":
+        u = UNIT_ROUNDOFF["tf32"]
+    if candidate.error_factor > 1:
+        u = max(u, UNIT_ROUNDOFF[problem.dtype])
+    return u
+
+
+def tolerance(problem: ConvProblem, ref: torch.Tensor, absref: torch.Tensor,
+              candidate: Candidate | None = None) -> torch.Tensor:
+    """Per-element bound on ``|out - ref|`` (see the module docstring)."""
+    u_out = UNIT_ROUNDOFF[problem.result_dtype]
+    u_acc = UNIT_ROUNDOFF["float64" if problem.dtype == "float64" else "float32"]
+    factor = candidate.error_factor if candidate is not None else 1.0
+    inner = 4 * math.sqrt(problem.reduction_length) * u_acc + 2 * factor * operand_roundoff(problem, candidate)
+    floor = torch.finfo(torch_dtype(problem.result_dtype)).tiny
+    return 2 * u_out * ref.abs() + inner * absref + floor
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How a result compares with the reference."""
+
+    ok: bool
+    worst_ratio: float
+    relative_l2: float
+    bad_elements: int
+    nan_elements: int
+    message: str
+
+
+def compare(problem: ConvProblem, out: torch.Tensor, operands: tuple, candidate: Candidate | None = None,
+            slack: float = 1.0) -> Comparison:
+    """Check ``out`` against the float64 reference under the tolerance model (times ``slack``)."""
+    ref = reference(problem, operands)
+    bound = tolerance(problem, ref, absolute_reference(problem, operands), candidate) * slack
+    got = out.double()
+    err = (got - ref).abs()
+    nan = int(torch.isnan(got).sum())
+    bad = int((~(err <= bound)).sum())
+    ratio = float((err / bound).nan_to_num(float("inf")).max()) if err.numel() else 0.0
+    rel = float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-300))
+    shape_ok = tuple(out.shape) == problem.result_shape
+    ok = shape_ok and bad == 0
+    message = (f"{problem.key}: {'ok' if ok else 'MISMATCH'}; {bad} of {err.numel()} elements out of tolerance "
+               f"({nan} NaN), worst error/bound {ratio:.3g}, relative L2 {rel:.3g}")
+    if not shape_ok:
+        message = f"{problem.key}: result shape {tuple(out.shape)} != {problem.result_shape}"
+    return Comparison(ok, ratio, rel, bad, nan, message)
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+
+
+def random_operands(problem: ConvProblem, device: torch.device | str, seed: int = 0) -> tuple:
+    """Random operands for ``problem`` (ordered as ``Candidate.run`` takes them), dense in its layout.
+
+    Normal values, scaled so that the result is of order 1 in every direction
+    (no overflow in fp16, no underflow); never zeros, which hide unwritten outputs.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    scale = 1.0 / math.sqrt(problem.reduction_length)
+
+    def make(shape, dtype_name: str, factor: float = 1.0) -> torch.Tensor:
+        values = torch.randn(shape, generator=gen, dtype=torch.float32) * factor
+        layout = problem.layout if len(shape) == problem.ndim + 2 else "channels_first"
+        t = empty_strided_for(tuple(shape), torch_dtype(dtype_name), layout, device)
+        t.copy_(values)
+        return t
+
+    (sa, sb), (da, db) = problem.operand_shapes, problem.operand_dtypes
+    a = make(sa, da)
+    b = make(sb, db, scale)
+    if problem.direction != "fwd":
+        return a, b
+    bias = make((problem.out_channels,), problem.out_dtype, 0.5) if problem.bias else None
+    return a, b, bias

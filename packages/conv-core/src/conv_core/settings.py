@@ -1,0 +1,53 @@
+"""Environment variables that steer the core, read in one place.
+
+| variable | effect |
+| --- | --- |
+| ``CONV_CORE_PLUGINS`` | comma list: load only these entry-point backends (``aten`` is always loaded) |
+| ``CONV_CORE_DISABLE_PLUGINS`` | comma list: never load these entry-point backends |
+| ``CONV_CORE_BACKEND`` | force every call to this backend (an error if it has no candidate) |
+| ``CONV_CORE_TRACE`` | ``1``: log every ranking decision to the ``conv_core`` logger (stderr) |
+| ``CONV_CORE_TUNING_DB`` | path of the tuning database (default ``~/.cache/conv-core/tuning.json``) |
+| ``CONV_CORE_BENCHMARK`` | ``1``: time the candidates of each new problem once, on first use (never during CUDA-graph capture) |
+
+Settings are read when the registry loads or a choice is first made; call
+``conv_core.reset()`` after changing them in a running process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _names(variable: str) -> frozenset[str] | None:
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return None
+    return frozenset(name.strip() for name in value.split(",") if name.strip())
+
+
+def _flag(variable: str) -> bool:
+    return os.environ.get(variable, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    allow: frozenset[str] | None
+    block: frozenset[str]
+    force_backend: str | None
+    trace: bool
+    tuning_db: Path
+    benchmark: bool
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        default_db = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "conv-core" / "tuning.json"
+        return cls(
+            allow=_names("CONV_CORE_PLUGINS"),
+            block=_names("CONV_CORE_DISABLE_PLUGINS") or frozenset(),
+            force_backend=os.environ.get("CONV_CORE_BACKEND", "").strip() or None,
+            trace=_flag("CONV_CORE_TRACE"),
+            tuning_db=Path(os.environ.get("CONV_CORE_TUNING_DB", default_db)),
+            benchmark=_flag("CONV_CORE_BENCHMARK"),
+        )

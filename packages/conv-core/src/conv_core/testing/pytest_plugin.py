@@ -1,0 +1,1 @@
+"""pytest plugin (entry point ``pytest11``) of the conformance kit."""
