@@ -113,7 +113,7 @@ def pre_activation_grad(args: ConvArgs, y: torch.Tensor | None, grad: torch.Tens
 
 def bias_grad(grad_pre: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     dims = [0, *range(2, grad_pre.dim())]
-    return grad_pre.sum(dims, dtype=torch.float32).to(bias.dtype)
+    return grad_pre.sum(dims, dtype=torch.promote_types(grad_pre.dtype, torch.float32)).to(bias.dtype)
 
 
 class _ConvFunction(torch.autograd.Function):
@@ -132,8 +132,13 @@ class _ConvFunction(torch.autograd.Function):
         x, w, bias, y = ctx.saved_tensors
         args = ctx.args
         g = pre_activation_grad(args, y, grad)
-        dx = backward_data(g, w, x.shape, ctx.layout, args) if ctx.needs_input_grad[0] else None
-        dw = backward_weight(x, g, w.shape, args) if ctx.needs_input_grad[1] else None
+        if torch.is_grad_enabled():  # create_graph=True: the custom ops know their own derivatives
+            from .ops import call_backward_ops
+
+            dx, dw = call_backward_ops(x, w, g, ctx.layout, args, ctx.needs_input_grad[:2])
+        else:
+            dx = backward_data(g, w, x.shape, ctx.layout, args) if ctx.needs_input_grad[0] else None
+            dw = backward_weight(x, g, w.shape, args) if ctx.needs_input_grad[1] else None
         db = bias_grad(g, bias) if bias is not None and ctx.needs_input_grad[2] else None
         return dx, dw, db, None
 

@@ -64,18 +64,20 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(input, weight, bias, output if ctx.args.activation else None)
 
 
+def call_backward_ops(input, weight, grad_pre, layout: str, args: ConvArgs, needed) -> tuple:
+    """(dx, dw) through the backward custom ops, for the gradients ``needed`` (a pair of bools)."""
+    stride, padding, dilation, groups, _, _, backend = _flat(args)
+    geometry = (stride, padding, dilation, groups, backend)
+    dx = convolution_backward_data(grad_pre, weight, list(input.shape), layout, *geometry) if needed[0] else None
+    dw = convolution_backward_weight(input, grad_pre, list(weight.shape), *geometry) if needed[1] else None
+    return dx, dw
+
+
 def _backward(ctx, grad):
     input, weight, bias, output = ctx.saved_tensors
-    args = ctx.args
-    flat = _flat(args)
-    g = pre_activation_grad(args, output, grad)
-    dx = dw = db = None
-    if ctx.needs_input_grad[0]:
-        dx = convolution_backward_data(g, weight, list(input.shape), ctx.layout, *flat[:4], flat[6])
-    if ctx.needs_input_grad[1]:
-        dw = convolution_backward_weight(input, g, list(weight.shape), *flat[:4], flat[6])
-    if bias is not None and ctx.needs_input_grad[2]:
-        db = bias_grad(g, bias)
+    g = pre_activation_grad(ctx.args, output, grad)
+    dx, dw = call_backward_ops(input, weight, g, ctx.layout, ctx.args, ctx.needs_input_grad[:2])
+    db = bias_grad(g, bias) if bias is not None and ctx.needs_input_grad[2] else None
     return dx, dw, db, None, None, None, None, None, None, None
 
 
@@ -116,6 +118,48 @@ def _(input, grad_output, weight_size, stride, padding, dilation, groups, backen
     args = _bwd_args(stride, padding, dilation, groups, backend)
     problem = _shape_problem(args, input.shape, weight_size, input.dtype, detect_layout(input), "bwd_weight")
     return _fake_result(problem, input)
+
+
+# ---- double backward: both backward ops are bilinear, so their gradients are the other two ops ----
+
+
+def _save_bwd_data(ctx, inputs, output):
+    grad_output, weight, input_size, layout, *geometry = inputs
+    ctx.geometry = geometry
+    ctx.save_for_backward(grad_output, weight)
+
+
+def _double_backward_data(ctx, g):
+    grad_output, weight = ctx.saved_tensors
+    stride, padding, dilation, groups, backend = ctx.geometry
+    d_grad_output = d_weight = None
+    if ctx.needs_input_grad[0]:
+        d_grad_output = convolution(g, weight, None, stride, padding, dilation, groups, "", None, backend)
+    if ctx.needs_input_grad[1]:
+        d_weight = convolution_backward_weight(g, grad_output, list(weight.shape), *ctx.geometry)
+    return d_grad_output, d_weight, None, None, None, None, None, None, None
+
+
+def _save_bwd_weight(ctx, inputs, output):
+    input, grad_output, weight_size, *geometry = inputs
+    ctx.geometry = geometry
+    ctx.layout = detect_layout(input)
+    ctx.save_for_backward(input, grad_output)
+
+
+def _double_backward_weight(ctx, g):
+    input, grad_output = ctx.saved_tensors
+    stride, padding, dilation, groups, backend = ctx.geometry
+    d_input = d_grad_output = None
+    if ctx.needs_input_grad[0]:
+        d_input = convolution_backward_data(grad_output, g, list(input.shape), ctx.layout, *ctx.geometry)
+    if ctx.needs_input_grad[1]:
+        d_grad_output = convolution(input, g, None, stride, padding, dilation, groups, "", None, backend)
+    return d_input, d_grad_output, None, None, None, None, None, None
+
+
+convolution_backward_data.register_autograd(_double_backward_data, setup_context=_save_bwd_data)
+convolution_backward_weight.register_autograd(_double_backward_weight, setup_context=_save_bwd_weight)
 
 
 def call_op(input, weight, bias, args: ConvArgs) -> torch.Tensor:

@@ -1,0 +1,117 @@
+"""Terminal output without dependencies: a one-line progress bar and plain text tables.
+
+``bench`` and ``tune`` can run for minutes; the bar tells the user which layer
+is being measured without flooding a log. It writes to stderr only when stderr
+is a terminal (or when forced), so piped output and captured test output stay
+clean, and it redraws one line with ``\\r``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+
+class Progress:
+    """A progress bar over ``total`` items: ``[####....] 3/8 layer3  4.1s``.
+
+    Call :meth:`step` when starting each item and :meth:`close` at the end (or
+    use it as a context manager). ``mode``: ``"auto"`` draws only when the
+    stream is a terminal, ``"always"`` draws anyway, ``"never"`` draws nothing.
+    """
+
+    WIDTH = 20
+
+    def __init__(self, total: int, label: str = "", *, mode: str = "auto", stream: TextIO | None = None) -> None:
+        if mode not in ("auto", "always", "never"):
+            raise ValueError(f"progress mode {mode!r} is not one of auto, always, never")
+        self.total = max(total, 0)
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = mode == "always" or (mode == "auto" and _is_tty(self.stream))
+        self.count = 0
+        self._start = time.perf_counter()
+        self._last_width = 0
+
+    def step(self, item: str = "") -> None:
+        """Start the next item (named ``item``) and redraw."""
+        self.count = min(self.count + 1, self.total) if self.total else self.count + 1
+        self._draw(item)
+
+    def close(self) -> None:
+        """Leave a final ``done`` line, so the next output starts on a fresh line."""
+        if self.enabled and self._last_width:
+            self._draw("done")
+            self.stream.write("\n")
+            self.stream.flush()
+            self._last_width = 0
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def line(self, item: str) -> str:
+        """The text of the bar for the current count (without ``\\r``)."""
+        done = self.WIDTH * self.count // self.total if self.total else self.WIDTH
+        bar = "#" * done + "." * (self.WIDTH - done)
+        elapsed = time.perf_counter() - self._start
+        prefix = f"{self.label} " if self.label else ""
+        return f"{prefix}[{bar}] {self.count}/{self.total} {item}  {elapsed:.1f}s"
+
+    def _draw(self, item: str) -> None:
+        if not self.enabled:
+            return
+        columns = shutil.get_terminal_size((100, 20)).columns
+        text = self.line(item)[: max(columns - 1, 10)]
+        self.stream.write("\r" + text.ljust(self._last_width))
+        self.stream.flush()
+        self._last_width = len(text)
+
+
+def progress_mode(progress: bool | str) -> str:
+    """Map the ``progress`` argument of ``run_bench``/``run_tune`` to a :class:`Progress` mode.
+
+    ``True`` means "when stderr is a terminal" (``auto``), ``False`` ``never``;
+    a mode string passes through.
+    """
+    if progress is True:
+        return "auto"
+    if progress is False or progress is None:
+        return "never"
+    return str(progress)
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str = "") -> str:
+    """Rows as aligned text columns under ``headers``.
+
+    ``align`` holds one ``l`` or ``r`` per column (missing: ``l``); numbers read
+    best right-aligned. Cells are ``str()``-ed; ``None`` prints as ``-``.
+    """
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, text in enumerate(row):
+            widths[i] = max(widths[i], len(text))
+
+    def render(row: Sequence[str]) -> str:
+        parts = []
+        for i, text in enumerate(row):
+            right = i < len(align) and align[i] == "r"
+            parts.append(text.rjust(widths[i]) if right else text.ljust(widths[i]))
+        return "  ".join(parts).rstrip()
+
+    lines = [render(list(headers)), render(["-" * w for w in widths])]
+    lines.extend(render(row) for row in cells)
+    return "\n".join(lines)

@@ -1,0 +1,72 @@
+"""Small in-test backends, loaded through real EntryPoint objects by test_registry.py."""
+
+import torch
+
+from conv_core import BackendInfo, Candidate, Declined, hookimpl
+from conv_core.backends import aten
+
+
+class Backend:
+    """A backend that offers aten's kernel under its own name, with a chosen estimate."""
+
+    def __init__(self, name, estimate_us=1.0, tags=(), kernel="k", configs=("c",)):
+        self.name, self.estimate_us, self.tags, self.kernel, self.configs = name, estimate_us, tags, kernel, configs
+        self.calls = 0
+
+    @hookimpl
+    def conv_core_backend_info(self):
+        return BackendInfo(self.name, "1.0", ("cpu",), "test backend")
+
+    @hookimpl
+    def conv_core_candidates(self, problem, device):
+        self.calls += 1
+        if problem.dtype == "float64":
+            return [Declined(self.name, "no float64")]
+        (base,) = aten.conv_core_candidates(problem, device)
+        return [Candidate(self.name, self.kernel, c, base.run, self.estimate_us, frozenset(self.tags))
+                for c in self.configs]
+
+
+GOOD = Backend("good", estimate_us=1.0)
+SLOW = Backend("slow", estimate_us=1e9)
+EXPERIMENTAL = Backend("fancy", estimate_us=1e-3, tags=("experimental",))
+
+
+class Raising(Backend):
+    @hookimpl
+    def conv_core_candidates(self, problem, device):
+        raise RuntimeError("boom in candidates")
+
+
+class Malformed(Backend):
+    @hookimpl
+    def conv_core_candidates(self, problem, device):
+        return ["not a candidate"]
+
+
+class FailsWhenRun(Backend):
+    @hookimpl
+    def conv_core_candidates(self, problem, device):
+        def run(*args, out=None):
+            raise RuntimeError("kernel exploded")
+
+        return [Candidate(self.name, "bad", "c", run, estimate_us=1e-6)]
+
+
+class BadInfo:
+    @hookimpl
+    def conv_core_backend_info(self):
+        return "not info"
+
+
+RAISING = Raising("raising")
+MALFORMED = Malformed("malformed")
+FAILS_WHEN_RUN = FailsWhenRun("failsrun")
+BAD_INFO = BadInfo()
+DUPLICATE = Backend("good")
+
+raise_on_import = None
+
+
+def device():
+    return torch.device("cpu")

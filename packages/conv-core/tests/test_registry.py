@@ -1,0 +1,140 @@
+"""Discovery, isolation of broken backends, ranking and the engine's fallbacks."""
+
+from importlib.metadata import EntryPoint
+
+import pytest
+import torch
+
+import fake_backends as fb
+from conv_core import ConvProblem, NoCandidateError
+from conv_core.engine import Engine
+from conv_core.plugins import ENTRY_POINT_GROUP, Registry
+from conv_core.settings import Settings
+
+CPU = torch.device("cpu")
+
+
+def ep(name, attr):
+    return EntryPoint(name=name, value=f"fake_backends:{attr}", group=ENTRY_POINT_GROUP)
+
+
+def settings(tmp_path, **changes):
+    fields = dict(allow=None, block=frozenset(), force_backend=None, trace=False,
+                  tuning_db=tmp_path / "db.json", benchmark=False)
+    fields.update(changes)
+    return Settings(**fields)
+
+
+def engine(tmp_path, eps, **changes):
+    s = settings(tmp_path, **changes)
+    return Engine(s, Registry(s, eps))
+
+
+PROBLEM = ConvProblem("fwd", 2, 4, 6, (8, 8), (3, 3), 1, 1, 1)
+
+
+def operands(problem=PROBLEM, seed=0):
+    from conv_core.reference import random_operands
+
+    return random_operands(problem, CPU, seed)
+
+
+def test_aten_is_always_there_and_first(tmp_path):
+    reg = Registry(settings(tmp_path), [])
+    assert [b.name for b in reg.backends()] == ["aten"]
+    assert reg.backends()[0].ok and reg.backends()[0].source == "builtin"
+
+
+def test_entry_points_are_loaded_lazily(tmp_path):
+    reg = Registry(settings(tmp_path), [EntryPoint("lazy", "broken_import_backend", ENTRY_POINT_GROUP)])
+    assert reg._backends is None  # nothing imported until asked
+    assert not reg.get("lazy").ok
+
+
+def test_broken_backends_are_recorded_and_isolated(tmp_path):
+    eps = [ep("good", "GOOD"), ep("raising", "RAISING"), ep("malformed", "MALFORMED"), ep("badinfo", "BAD_INFO"),
+           EntryPoint("noimport", "broken_import_backend", ENTRY_POINT_GROUP), ep("dup", "DUPLICATE")]
+    e = engine(tmp_path, eps)
+    by_entry = {b.entry_point: b for b in e.registry.backends()}
+    assert "ImportError" in by_entry["noimport"].load_error
+    assert "BackendInfo" in by_entry["badinfo"].load_error
+    # two entry points naming the same backend: the first by entry-point name wins, the other is reported
+    assert by_entry["dup"].ok and "already named" in by_entry["good"].load_error
+    ranking = e.ranking(PROBLEM, CPU)
+    assert ranking.best.kernel_id == "good:k:c"
+    assert any("boom in candidates" in f for f in by_entry["raising"].failures)
+    assert any("not a Candidate" in f for f in by_entry["malformed"].failures)
+    reasons = {d.backend: d.reason for d in ranking.declined}
+    assert "boom" in reasons["raising"] and "not a Candidate" in reasons["malformed"]
+    ops = operands()
+    torch.testing.assert_close(e.run(PROBLEM, CPU, ops), torch.nn.functional.conv2d(ops[0], ops[1], padding=1))
+
+
+def test_allow_and_block_lists(tmp_path):
+    eps = [ep("good", "GOOD"), ep("slow", "SLOW")]
+    assert [b.name for b in engine(tmp_path, eps, allow=frozenset({"slow"})).registry.backends()] == ["aten", "slow"]
+    assert [b.name for b in engine(tmp_path, eps, block=frozenset({"good"})).registry.backends()] == ["aten", "slow"]
+
+
+def test_ranking_orders_by_time_then_id_and_experimental_last(tmp_path):
+    e = engine(tmp_path, [ep("slow", "SLOW"), ep("good", "GOOD"), ep("fancy", "EXPERIMENTAL")])
+    ids = [r.kernel_id for r in e.ranking(PROBLEM, CPU).ranked]
+    assert ids[0] == "good:k:c" and ids[-2:] == ["slow:k:c", "fancy:k:c"]
+    assert ids == [r.kernel_id for r in engine(tmp_path, [ep("good", "GOOD"), ep("slow", "SLOW"),
+                                                          ep("fancy", "EXPERIMENTAL")]).ranking(PROBLEM, CPU).ranked]
+
+
+def test_ties_break_on_kernel_id(tmp_path):
+    fb.GOOD.configs = ("b", "a", "c")
+    try:
+        ids = [r.kernel_id for r in engine(tmp_path, [ep("good", "GOOD")]).ranking(PROBLEM, CPU).ranked]
+    finally:
+        fb.GOOD.configs = ("c",)
+    assert ids[:3] == ["good:k:a", "good:k:b", "good:k:c"]
+
+
+def test_choice_is_cached(tmp_path):
+    e = engine(tmp_path, [ep("slow", "SLOW")])
+    before = fb.SLOW.calls
+    first = e.ranking(PROBLEM, CPU)
+    assert e.ranking(PROBLEM, CPU) is first
+    assert fb.SLOW.calls == before + 1
+
+
+def test_force_backend_and_missing_candidates(tmp_path):
+    e = engine(tmp_path, [ep("good", "GOOD"), ep("slow", "SLOW")], force_backend="slow")
+    assert e.ranking(PROBLEM, CPU).best.kernel_id == "slow:k:c"
+    f64 = PROBLEM.replace(dtype="float64")
+    with pytest.raises(NoCandidateError, match="no float64"):
+        e.ranking(f64, CPU)
+    with pytest.raises(NoCandidateError, match="nope"):
+        engine(tmp_path, []).ranking(PROBLEM, CPU, backend="nope")
+
+
+def test_a_candidate_that_fails_when_run_falls_back(tmp_path):
+    e = engine(tmp_path, [ep("failsrun", "FAILS_WHEN_RUN")])
+    assert e.ranking(PROBLEM, CPU).best.kernel_id == "failsrun:bad:c"
+    ops = operands()
+    torch.testing.assert_close(e.run(PROBLEM, CPU, ops), torch.nn.functional.conv2d(ops[0], ops[1], padding=1))
+    ranking = e.ranking(PROBLEM, CPU)
+    assert ranking.best.kernel_id == "aten:native:default"
+    assert "kernel exploded" in dict(ranking.excluded)["failsrun:bad:c"]
+    assert any("kernel exploded" in f for f in e.registry.get("failsrun").failures)
+
+
+def test_tuning_data_outranks_estimates(tmp_path):
+    from conv_core.tuning import Entry, write_entries
+
+    e = engine(tmp_path, [ep("good", "GOOD"), ep("slow", "SLOW")])
+    versions = e.versions()
+    table = tmp_path / "table.json"
+    write_entries(table, [Entry("any", "cpu", PROBLEM.key, "good:k:c", "x", 50.0)])
+    write_entries(e.settings.tuning_db, [
+        Entry("cpu", "cpu", PROBLEM.key, "slow:k:c", versions["slow"], 10.0),
+        Entry("cpu", "cpu", PROBLEM.key, "aten:native:default", versions["aten"], 20.0, "broken"),
+        Entry("cpu", "cpu", PROBLEM.key, "good:k:c", "stale-version", 1.0),
+    ])
+    e.registry.tuning_tables = lambda: [("good", table)]
+    ranking = e.ranking(PROBLEM, CPU)
+    assert [(r.kernel_id, r.source) for r in ranking.ranked] == [("slow:k:c", "tuning-db"), ("good:k:c", "table:good")]
+    assert "broken" in dict(ranking.excluded)["aten:native:default"]
