@@ -114,3 +114,21 @@ def test_empty_result_has_layout_and_dtype():
     p = make()
     out = p.empty_result("cpu")
     assert out.shape == p.output_shape and out.dtype == torch.bfloat16 and is_dense_in(out, "channels_last")
+
+
+def test_every_architecture_gets_facts():
+    from conv_core.arch import spec
+
+    assert spec("sm_90").matrix_instruction == "wgmma"
+    assert spec("sm_120").name == "sm_100"  # newest known not newer
+    assert spec("sm_75").name == spec("mps").name == spec("meta").name == "generic"
+
+
+def test_meta_tensors_and_autocast():
+    import conv_core
+
+    x, w = torch.randn(2, 4, 8, 8, device="meta"), torch.randn(6, 4, 3, 3, device="meta")
+    assert conv_core.conv2d(x, w, padding=1).shape == (2, 6, 8, 8)
+    x, w = torch.randn(2, 4, 8, 8), torch.randn(6, 4, 3, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert conv_core.conv2d(x, w).dtype == torch.nn.functional.conv2d(x, w).dtype == torch.bfloat16

@@ -45,10 +45,12 @@ def known_architectures() -> tuple[str, ...]:
 
 
 def spec(arch: str) -> ArchSpec:
-    """The facts for ``arch``; unknown names get the closest family default.
+    """The facts for ``arch``; an architecture not in the table gets a stand-in, never an error.
 
-    An unknown NVIDIA ``sm_XY`` falls back to the newest known ``sm_`` entry not
-    newer than it, so a new GPU still gets plausible estimates instead of an error.
+    An unknown NVIDIA ``sm_XY`` gets the newest known ``sm_`` entry not newer
+    than it; anything else (``sm_75``, ``mps``, ``meta``, an unlisted ``gfx``)
+    gets the conservative ``generic`` entry, so estimates stay plausible and the
+    ``aten`` backend still runs everywhere PyTorch does.
     """
     table = _table()
     if arch in table:
@@ -58,7 +60,7 @@ def spec(arch: str) -> ArchSpec:
         older = [n for n in table if n.startswith("sm_") and int(n[3:]) <= number]
         if older:
             return table[max(older, key=lambda n: int(n[3:]))]
-    raise KeyError(f"unknown architecture {arch!r}; known: {', '.join(table)}")
+    return table["generic"]
 
 
 @functools.cache

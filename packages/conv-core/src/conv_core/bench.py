@@ -228,15 +228,18 @@ def summarize(rows: list[BenchRow]) -> dict:
 
 def format_report(rows: list[BenchRow], device: str = "") -> str:
     """The per-problem table, the summary, and every error, as text."""
+    show_shape = any(r.layer != describe_shape(r.problem) for r in rows)  # a --shape run is named by its shape
     table = []
     for r in rows:
         fastest = r.fastest
-        table.append((r.layer, r.problem.direction, describe_shape(r.problem), fastest.kernel if fastest else None,
-                      r.picked, _fmt(r.aten_us), _fmt(r.torch_us), _fmt(fastest.us if fastest else None),
+        shape = (describe_shape(r.problem),) if show_shape else ()
+        table.append((r.layer, r.problem.direction, *shape, fastest.kernel if fastest else None, r.picked,
+                      _fmt(r.aten_us), _fmt(r.torch_us), _fmt(fastest.us if fastest else None),
                       _fmt(r.tflops(fastest.us if fastest else None)), _x(r.speedup), _x(r.picked_over_fastest)))
-    headers = ("layer", "dir", "shape", "fastest", "picked", "aten us", "torch us", "best us", "TFLOP/s",
-               "speedup", "picked/fastest")
-    lines = [format_table(headers, table, align="lllllrrrrrr"), "", summary_line(summarize(rows), device)]
+    headers = ("layer", "dir", *(("shape",) if show_shape else ()), "fastest", "picked", "aten us", "torch us",
+               "best us", "TFLOP/s", "speedup", "picked/fastest")
+    align = "ll" + ("l" if show_shape else "") + "llrrrrrr"
+    lines = [format_table(headers, table, align=align), "", summary_line(summarize(rows), device)]
     problems = [f"  {r.layer}: ranking failed: {r.pick_error}" for r in rows if r.pick_error]
     problems += [f"  {r.layer} {m.kernel}: {m.error}" for r in rows for m in r.measurements if m.error]
     if problems:

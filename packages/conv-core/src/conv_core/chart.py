@@ -50,11 +50,13 @@ def bar_chart(rows: list[BenchRow], path: str | Path, title: str = "") -> Path:
             xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(rows))]
             ax.bar(xs, [v if v is not None else 0.0 for v in values], width, label=name)
         ax.axhline(1.0, color="black", linewidth=0.8)
+        tallest = max((v for values in series.values() for v in values if v is not None), default=1.0)
+        ax.set_ylim(0, max(tallest, 1.0) * 1.15)
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=8)
         ax.set_ylabel("speedup over aten")
         ax.set_title(title or "conv-core bench")
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         fig.savefig(path, dpi=120)
     finally:

@@ -69,13 +69,12 @@ class Explanation:
         p = self.problem
         lines = [
             f"problem  {p.key}",
-            f"shape    {describe_shape(p)}  ({p.direction}, {p.dtype}, {p.layout}; "
-            f"{p.flops / 1e9:.3g} GFLOP)",
+            f"shape    {describe_shape(p)}  ({p.direction}, {p.dtype}, {p.layout}; {_flops(p.flops)})",
             f"device   {self.device}",
             f"picked   {self.picked or 'nothing: no candidate is left'}",
-            "",
         ]
         if self.rows:
+            lines.append("")
             table = [(r.rank, r.kernel, _us(r.us), r.source, _us(r.estimate_us), ",".join(r.tags) or "-")
                      for r in self.rows]
             lines.append(format_table(("rank", "kernel", "time us", "source", "estimate us", "tags"), table,
@@ -184,6 +183,13 @@ def describe_shape(problem: ConvProblem) -> str:
     if any(d != 1 for d in problem.dilation):
         text += f" d{dims(problem.dilation)}"
     return text
+
+
+def _flops(count: int) -> str:
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g} {unit}"
+    return f"{count} FLOP"
 
 
 def _finite(value: float) -> float | None:

@@ -68,7 +68,7 @@ def forward(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, args: C
     """The forward convolution (with epilogue) through the engine; no autograd."""
     engine = get_engine()
     layout = detect_layout(x)
-    key = (args, x.shape, x.dtype, w.shape, bias is None, layout, x.device)
+    key = (args, x.shape, x.dtype, w.shape, w.device, None if bias is None else bias.device, layout, x.device)
     hit = engine.calls.get(key)
     if hit is None:
         check_call_tensors(x, w, bias, args.groups)
@@ -146,6 +146,25 @@ class _ConvFunction(torch.autograd.Function):
 # ---- the public functions -----------------------------------------------------------------------
 
 
+def _autocast_operands(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    """The operands as autocast gives them to ``F.conv*d``: float32/16 cast to the autocast dtype.
+
+    Custom functions do not take part in autocast on their own, so without this
+    a model under ``torch.autocast`` would compute in float32 where PyTorch's
+    convolution runs in bf16/fp16. float64 is left alone, as autocast does.
+    """
+    device_type = input.device.type
+    if not (torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
+        return input, weight, bias
+    dtype = torch.get_autocast_dtype(device_type)
+
+    def cast(t: torch.Tensor | None) -> torch.Tensor | None:
+        eligible = t is not None and t.is_floating_point() and t.dtype != torch.float64
+        return t.to(dtype) if eligible else t
+
+    return cast(input), cast(weight), cast(bias)
+
+
 def _convolution(ndim: int, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype,
                  backend) -> torch.Tensor:
     if isinstance(input, torch.Tensor) and input.dim() == ndim + 1:
@@ -154,6 +173,7 @@ def _convolution(ndim: int, input, weight, bias, stride, padding, dilation, grou
     if not isinstance(input, torch.Tensor) or input.dim() != ndim + 2:
         shape = tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
         raise ValueError(f"conv{ndim}d expects a {ndim + 2}D (batched) or {ndim + 1}D (unbatched) input; got {shape}")
+    input, weight, bias = _autocast_operands(input, weight, bias)
     if weight.dtype != input.dtype:
         raise ValueError(f"input dtype {input.dtype} and weight dtype {weight.dtype} differ; cast one of them")
     args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, backend)

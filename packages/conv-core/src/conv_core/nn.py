@@ -52,8 +52,8 @@ class _ConvCoreMixin:
             # torch's own rule: pad with the mode explicitly, then convolve without padding.
             input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             padding = 0
-        return type(self)._core_conv(input, weight, bias, self.stride, padding, self.dilation, self.groups,
-                                     activation=self.activation, out_dtype=self.out_dtype, backend=self.backend)
+        return self._core_conv(input, weight, bias, self.stride, padding, self.dilation, self.groups,
+                               activation=self.activation, out_dtype=self.out_dtype, backend=self.backend)
 
     def extra_repr(self) -> str:
         text = super().extra_repr()

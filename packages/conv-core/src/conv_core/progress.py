@@ -16,7 +16,7 @@ from typing import TextIO
 
 
 class Progress:
-    """A progress bar over ``total`` items: ``[####....] 3/8 layer3  4.1s``.
+    """A progress bar over ``total`` items: ``[####....] 3/8 layer3  4.1s`` (the bar fills as items finish).
 
     Call :meth:`step` when starting each item and :meth:`close` at the end (or
     use it as a context manager). ``mode``: ``"auto"`` draws only when the
@@ -32,7 +32,8 @@ class Progress:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = mode == "always" or (mode == "auto" and _is_tty(self.stream))
-        self.count = 0
+        self.count = 0  # the item being worked on, from 1
+        self.finished = False
         self._start = time.perf_counter()
         self._last_width = 0
 
@@ -43,6 +44,7 @@ class Progress:
 
     def close(self) -> None:
         """Leave a final ``done`` line, so the next output starts on a fresh line."""
+        self.finished = True
         if self.enabled and self._last_width:
             self._draw("done")
             self.stream.write("\n")
@@ -57,7 +59,8 @@ class Progress:
 
     def line(self, item: str) -> str:
         """The text of the bar for the current count (without ``\\r``)."""
-        done = self.WIDTH * self.count // self.total if self.total else self.WIDTH
+        completed = self.total if self.finished else max(self.count - 1, 0)
+        done = self.WIDTH * completed // self.total if self.total else self.WIDTH
         bar = "#" * done + "." * (self.WIDTH - done)
         elapsed = time.perf_counter() - self._start
         prefix = f"{self.label} " if self.label else ""

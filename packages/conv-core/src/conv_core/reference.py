@@ -20,6 +20,12 @@ Tolerance model (per element ``i``, see ``docs/tolerance.md``)::
 - ``u_op``: rounding of the operands inside the kernel: 0 when they enter the matrix units exactly,
   tf32 (2^-11) for candidates tagged ``tf32``, the input dtype's roundoff for candidates with
   ``error_factor`` E > 1 (Winograd and other transforms that re-round derived operands).
+
+With a fused activation ``f`` the bound is ``2 u_out |f(pre_i)| + s_f * bound(pre_i)``, where
+``pre_i`` is the reference before the activation, ``bound(pre_i)`` the bound above for it and
+``s_f`` the activation's largest slope: a kernel may round the convolution (plus bias) to the
+result dtype before applying ``f`` (PyTorch does), and ``f`` can carry that error to where
+``|f(pre_i)|`` is much smaller than ``|pre_i|`` (gelu and silu of negative values).
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ from .problem import ConvProblem, empty_strided_for, torch_dtype
 
 #: Unit roundoff per dtype name (half the distance from 1 to the next value).
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53, "tf32": 2.0**-11}
+
+#: Largest ``|f'(t)|`` over all ``t`` for each activation ``f``: how much it can grow an error in its input.
+ACTIVATION_SLOPE = {"relu": 1.0, "relu6": 1.0, "gelu": 1.13, "gelu_tanh": 1.13, "silu": 1.1}
 
 #: Largest gathered-window tensor (elements) for the explicit forward; above it, torch's float64 conv.
 EXPLICIT_LIMIT = 1 << 25
@@ -129,14 +138,21 @@ def operand_roundoff(problem: ConvProblem, candidate: Candidate | None) -> float
 
 
 def tolerance(problem: ConvProblem, ref: torch.Tensor, absref: torch.Tensor,
-              candidate: Candidate | None = None) -> torch.Tensor:
-    """Per-element bound on ``|out - ref|`` (see the module docstring)."""
+              candidate: Candidate | None = None, pre: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-element bound on ``|out - ref|`` (see the module docstring).
+
+    ``pre`` is the reference before the fused activation; the bound then
+    also covers an error made before the activation and carried through it.
+    """
     u_out = UNIT_ROUNDOFF[problem.result_dtype]
     u_acc = UNIT_ROUNDOFF["float64" if problem.dtype == "float64" else "float32"]
     factor = candidate.error_factor if candidate is not None else 1.0
     inner = 4 * math.sqrt(problem.reduction_length) * u_acc + 2 * factor * operand_roundoff(problem, candidate)
     floor = torch.finfo(torch_dtype(problem.result_dtype)).tiny
-    return 2 * u_out * ref.abs() + inner * absref + floor
+    if problem.direction != "fwd" or problem.activation is None or pre is None:
+        return 2 * u_out * ref.abs() + inner * absref + floor
+    before = 2 * u_out * pre.abs() + inner * absref
+    return 2 * u_out * ref.abs() + ACTIVATION_SLOPE[problem.activation] * before + floor
 
 
 @dataclass(frozen=True)
@@ -154,20 +170,25 @@ class Comparison:
 def compare(problem: ConvProblem, out: torch.Tensor, operands: tuple, candidate: Candidate | None = None,
             slack: float = 1.0) -> Comparison:
     """Check ``out`` against the float64 reference under the tolerance model (times ``slack``)."""
-    ref = reference(problem, operands)
-    bound = tolerance(problem, ref, absolute_reference(problem, operands), candidate) * slack
+    if tuple(out.shape) != problem.result_shape:  # before any arithmetic: it would broadcast or raise
+        return Comparison(False, math.inf, math.inf, -1, 0,
+                          f"{problem.key}: result shape {tuple(out.shape)} != {problem.result_shape}")
+    pre = None
+    if problem.direction == "fwd" and problem.activation is not None:
+        pre = reference(problem.replace(activation=None), operands)
+        ref = activations.apply(problem.activation, pre)
+    else:
+        ref = reference(problem, operands)
+    bound = tolerance(problem, ref, absolute_reference(problem, operands), candidate, pre) * slack
     got = out.double()
     err = (got - ref).abs()
     nan = int(torch.isnan(got).sum())
     bad = int((~(err <= bound)).sum())
     ratio = float((err / bound).nan_to_num(float("inf")).max()) if err.numel() else 0.0
     rel = float(torch.linalg.vector_norm(got - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-300))
-    shape_ok = tuple(out.shape) == problem.result_shape
-    ok = shape_ok and bad == 0
+    ok = bad == 0
     message = (f"{problem.key}: {'ok' if ok else 'MISMATCH'}; {bad} of {err.numel()} elements out of tolerance "
                f"({nan} NaN), worst error/bound {ratio:.3g}, relative L2 {rel:.3g}")
-    if not shape_ok:
-        message = f"{problem.key}: result shape {tuple(out.shape)} != {problem.result_shape}"
     return Comparison(ok, ratio, rel, bad, nan, message)
 
 

@@ -1,0 +1,72 @@
+"""Shared setup of the integration tests.
+
+These tests exercise conv-core as a user gets it: real distributions,
+installed with pip, found through their ``conv_core.backends`` entry points.
+So the packages under ``integration_tests/packages/`` must be installed in the
+running environment (tox's ``integration`` env does it; by hand, see
+``integration_tests/README.md``). A missing one is a setup error that stops
+the session with its name and the command to fix it, never a skip: a skipped
+isolation test would look like a passing one.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+#: Distribution name -> the directory (relative to the repository root) that provides it.
+REQUIRED_DISTRIBUTIONS = {
+    "conv-core": "packages/conv-core",
+    "conv-example": "integration_tests/packages/conv-example",
+    "conv-broken-import": "integration_tests/packages/conv-broken-import",
+    "conv-broken-hook": "integration_tests/packages/conv-broken-hook",
+    "conv-broken-candidate": "integration_tests/packages/conv-broken-candidate",
+    "conv-broken-run": "integration_tests/packages/conv-broken-run",
+}
+
+
+def missing_distributions() -> list[str]:
+    """Required distributions that are not installed, in a stable order."""
+    missing = []
+    for name in REQUIRED_DISTRIBUTIONS:
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    missing = missing_distributions()
+    if missing:
+        paths = " ".join(f"-e {REQUIRED_DISTRIBUTIONS[name]}" for name in missing)
+        raise pytest.UsageError(
+            f"integration tests need these packages installed: {', '.join(missing)}. "
+            f"From the repository root run: python -m pip install {paths}"
+        )
+
+
+@pytest.fixture(autouse=True)
+def fresh_conv_core(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Each test starts from a new engine, with no CONV_CORE_* setting from the caller's shell.
+
+    The tuning database points into the test's temporary directory, so a
+    developer's own ``~/.cache/conv-core/tuning.json`` cannot change a ranking.
+    """
+    import torch
+
+    import conv_core
+
+    for name in list(os.environ):
+        if name.startswith("CONV_CORE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CONV_CORE_TUNING_DB", str(tmp_path / "tuning.json"))
+    torch.manual_seed(0)  # tests that draw with torch.randn see the same numbers every run
+    conv_core.reset()
+    yield
+    conv_core.reset()

@@ -1,0 +1,1 @@
+"""A deliberately broken conv-core backend that returns malformed candidates (integration tests)."""

@@ -1,0 +1,1 @@
+"""A deliberately broken conv-core backend whose conv_core_candidates raises (integration tests)."""

@@ -1,0 +1,222 @@
+"""Record the convolution problems a model runs: :func:`capture_shapes`.
+
+The model runs once, under ``torch.no_grad``, and every forward convolution is
+recorded as a :class:`~conv_core.problem.ConvProblem`, whichever way it was
+called:
+
+- ``torch.nn.Conv*d`` modules and ``torch.nn.functional.conv*d`` calls reach
+  ``aten.convolution``, which a ``TorchDispatchMode`` sees;
+- conv-core calls (``conv_core.conv*d``, ``conv_core.nn`` modules) are recorded
+  where conv-core turns them into a problem, so the record is the problem
+  conv-core solves: asymmetric padding, fused activation and ``out_dtype``
+  included. The aten convolution that conv-core's own aten backend makes on
+  its behalf is *not* recorded again, and a call that another backend serves
+  (which runs no aten convolution at all) is still recorded;
+- the ``conv_core::convolution`` custom op (a graph from ``torch.compile`` or
+  ``torch.export`` run eagerly) is seen by the dispatch mode directly.
+
+Each record carries the name of the innermost module running when the
+convolution ran (``""`` for the model itself, as in ``named_modules()``).
+Identical problems are merged into one :class:`CapturedLayer` with a count.
+
+Not thread-safe across concurrent captures; convolutions run by other threads
+during a capture are not recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import functional, ops
+from .problem import ConvProblem, detect_layout, dtype_name
+
+__all__ = ["CapturedLayer", "capture_shapes"]
+
+_aten = torch.ops.aten
+#: aten ops that are one whole convolution, with the arguments
+#: (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...).
+_ATEN_CONVOLUTIONS = (_aten.convolution.default, _aten._convolution.default)
+#: conv-core's forward custom op (registered by :mod:`conv_core.ops`).
+_CORE_OP = torch.ops.conv_core.convolution.default
+
+
+@dataclass(frozen=True)
+class CapturedLayer:
+    """One distinct problem a model ran, how often, and which modules ran it.
+
+    ``name`` is the first module that ran it; ``modules`` lists every distinct
+    module that did, in the order they first ran it.
+    """
+
+    name: str
+    problem: ConvProblem
+    count: int
+    modules: tuple[str, ...] = ()
+
+
+@dataclass
+class _Recorder:
+    """The state of one capture: the records so far, the module stack, and the conv-core nesting depth."""
+
+    thread: int = field(default_factory=threading.get_ident)
+    records: list[tuple[str, ConvProblem]] = field(default_factory=list)
+    module_stack: list[str] = field(default_factory=list)
+    #: > 0 while conv-core runs a call it has already recorded: aten convolutions then belong to that call.
+    core_depth: int = 0
+
+    def record(self, problem: ConvProblem) -> None:
+        self.records.append((self.module_stack[-1] if self.module_stack else "", problem))
+
+    @contextlib.contextmanager
+    def inside_core_call(self):
+        self.core_depth += 1
+        try:
+            yield
+        finally:
+            self.core_depth -= 1
+
+
+# ---- where convolutions are seen ----------------------------------------------------------------
+
+
+def _problem_of_aten_call(args) -> ConvProblem | None:
+    """The problem of an ``aten.convolution``-style call, or None for a transposed convolution."""
+    input, weight, bias, stride, padding, dilation, transposed, _output_padding, groups = args[:9]
+    if transposed:
+        return None
+    return ConvProblem.from_tensors(input, weight, bias, stride, list(padding), dilation, groups)
+
+
+def _problem_of_core_args(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                          args: functional.ConvArgs) -> ConvProblem:
+    """The forward problem conv-core forms for a call (the same construction as ``functional.forward``)."""
+    return args.problem("fwd", x.shape, w.shape, dtype_name(x.dtype), detect_layout(x), bias is not None, x.device)
+
+
+def _problem_of_core_op(args) -> ConvProblem:
+    """The problem of a ``conv_core::convolution`` op call (its arguments are flattened lists)."""
+    x, w, bias, *flat = args
+    return _problem_of_core_args(x, w, bias, ops._args(*flat))
+
+
+class _ConvolutionMode(TorchDispatchMode):
+    """Records aten and ``conv_core::convolution`` calls that conv-core has not already recorded."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.recorder.core_depth == 0:
+            if func in _ATEN_CONVOLUTIONS:
+                problem = _problem_of_aten_call(args)
+                if problem is not None:
+                    self.recorder.record(problem)
+            elif func is _CORE_OP:
+                self.recorder.record(_problem_of_core_op(args))
+        # Ops run from here do not re-enter this mode (it is popped while its handler runs).
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _recording_core_calls(recorder: _Recorder):
+    """Record conv-core's eager forward calls at their entry, and mark the aten work inside them.
+
+    ``functional.forward`` is the one place every eager conv-core forward call
+    passes with its normalised arguments (it is looked up as a module global by
+    ``conv*d`` and by the autograd function), so wrapping it for the duration
+    of the capture sees them all without conv-core knowing about capturing.
+    """
+    original = functional.forward
+
+    def forward(x, w, bias, args):
+        if threading.get_ident() != recorder.thread:
+            return original(x, w, bias, args)
+        problem = _problem_of_core_args(x, w, bias, args)
+        recorder.record(problem)
+        if x.device.type == "meta":
+            # No backend runs on "meta"; shapes, dtype and layout are all a capture needs.
+            return problem.empty_result(x.device)
+        with recorder.inside_core_call():
+            return original(x, w, bias, args)
+
+    functional.forward = forward
+    try:
+        yield
+    finally:
+        functional.forward = original
+
+
+@contextlib.contextmanager
+def _tracking_modules(model: nn.Module, recorder: _Recorder):
+    """Keep ``recorder.module_stack`` equal to the names of the modules whose forward is running."""
+    handles = []
+    for name, module in model.named_modules():
+        def push(_module, _args, name=name):
+            recorder.module_stack.append(name)
+
+        def pop(_module, _args, _output):
+            recorder.module_stack.pop()
+
+        handles.append(module.register_forward_pre_hook(push, prepend=True))
+        handles.append(module.register_forward_hook(pop, always_call=True))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+# ---- the public function ------------------------------------------------------------------------
+
+
+def _run(model: nn.Module, example_input) -> None:
+    if isinstance(example_input, dict):
+        model(**example_input)
+    elif isinstance(example_input, tuple):
+        model(*example_input)
+    else:
+        model(example_input)
+
+
+def _merge(records: list[tuple[str, ConvProblem]], direction: str) -> list[CapturedLayer]:
+    """One layer per distinct problem (in ``direction``), in order of first appearance."""
+    counts: dict[ConvProblem, int] = {}
+    modules: dict[ConvProblem, list[str]] = {}
+    for name, problem in records:
+        problem = problem.with_direction(direction)
+        counts[problem] = counts.get(problem, 0) + 1
+        names = modules.setdefault(problem, [])
+        if name not in names:
+            names.append(name)
+    return [CapturedLayer(modules[p][0], p, n, tuple(modules[p])) for p, n in counts.items()]
+
+
+def capture_shapes(model: nn.Module, example_input, *, direction: str = "fwd") -> list[CapturedLayer]:
+    """Run ``model`` once on ``example_input`` and return the distinct convolution problems it ran.
+
+    ``example_input`` is the single argument of ``model``, a tuple of
+    positional arguments, or a dict of keyword arguments. Problems are returned
+    in ``direction`` (the backward problems of the forward convolutions, for
+    ``bwd_data`` / ``bwd_weight``), each with the number of times it ran.
+    Transposed convolutions are not conv-core problems and are skipped. Works
+    on the ``meta`` device (arch ``"meta"``), which makes capturing big models cheap
+    (conv-core calls then return an empty result of the right shape instead of running).
+    """
+    if direction not in ("fwd", "bwd_data", "bwd_weight"):
+        raise ValueError(f"direction={direction!r} is not one of fwd, bwd_data, bwd_weight")
+    recorder = _Recorder()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(_tracking_modules(model, recorder))
+        stack.enter_context(_recording_core_calls(recorder))
+        stack.enter_context(_ConvolutionMode(recorder))
+        _run(model, example_input)
+    return _merge(recorder.records, direction)

@@ -1,0 +1,435 @@
+"""The ``conv-core`` command: inspect backends, explain choices, benchmark, tune, check, describe the machine.
+
+::
+
+    conv-core backends [--json]
+    conv-core explain  --shape "n32 c64 k64 i56x56 f3x3 s1 p1" [--dtype bf16 --layout nhwc ...] [--json]
+    conv-core bench    --suite resnet50 [--batch 32 --layers 5 --direction all --csv f.csv --json f.json --png f.png]
+    conv-core tune     --suite resnet50 [--db PATH --export PATH --backend NAME]
+    conv-core check    [--backend NAME]
+    conv-core info     [--json]
+
+Every subcommand is a small function over the library (:mod:`conv_core.explain`,
+:mod:`conv_core.bench`, :mod:`conv_core.tune`, ...), so what the command prints
+a program can also get. Usage errors (a bad shape, an unknown suite) print one
+line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+
+import torch
+
+from . import __version__
+from .problem import DIRECTIONS, ConvProblem, dtype_name
+from .progress import format_table
+
+
+class UsageError(Exception):
+    """A mistake in the command line; reported in one line with exit status 2."""
+
+
+# ---- option values ---------------------------------------------------------------------------------
+
+_DTYPE_ALIASES = {"fp16": "float16", "fp32": "float32", "fp64": "float64", "bf16": "bfloat16"}
+_LAYOUT_ALIASES = {
+    "channels_last": ("nhwc", "ndhwc", "nwc", "cl", "channels_last"),
+    "channels_first": ("nchw", "ncdhw", "ncw", "cf", "channels_first"),
+}
+
+
+def parse_dtype(text: str) -> str:
+    """``bf16``/``fp16``/``fp32`` (or any name :func:`conv_core.problem.dtype_name` knows) -> canonical name."""
+    try:
+        return dtype_name(_DTYPE_ALIASES.get(text.lower(), text.lower()))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_layout(text: str) -> str:
+    """``nhwc``/``channels_last`` -> ``channels_last``; ``nchw``/``channels_first`` -> ``channels_first``."""
+    for layout, names in _LAYOUT_ALIASES.items():
+        if text.lower() in names:
+            return layout
+    raise argparse.ArgumentTypeError(f"layout {text!r} is not one of nhwc, nchw, channels_last, channels_first")
+
+
+def parse_device(text: str | None) -> torch.device:
+    """The device to use: ``text``, or the GPU if there is one, else the CPU."""
+    if text is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except RuntimeError as exc:
+        raise UsageError(f"bad device {text!r}: {exc}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no GPU is available to PyTorch on this machine")
+    return device
+
+
+# ---- choosing problems ----------------------------------------------------------------------------
+
+
+def select_problems(args: argparse.Namespace, device: torch.device) -> list[tuple[str, ConvProblem]]:
+    """``(layer, problem)`` pairs named by ``--suite``, ``--shape`` or ``--key``, in the chosen directions.
+
+    Layers are cut to ``--layers`` before each is expanded into its
+    directions, so ``--layers 2 --direction all`` gives six problems. Without
+    ``--direction`` a problem keeps its own (``fwd``, unless a full key says otherwise).
+    """
+    from .arch import device_arch
+
+    options = dict(batch=args.batch, dtype=args.dtype, layout=args.layout, direction="fwd", arch=device_arch(device))
+    try:
+        from . import suites
+        from .explain import describe_shape
+
+        if args.suite:
+            base = suites.suite_problems(args.suite, **options)
+        else:  # one problem, named by its compact shape
+            (_, problem), = ([(None, ConvProblem.from_key(args.key))] if args.key
+                             else suites.problems_from_shape(args.shape, **options))
+            base = [(describe_shape(problem), problem)]
+        base = [(name, _with_epilogue(p, args.bias, args.activation)) for name, p in base]
+    except (LookupError, ValueError) as exc:
+        raise UsageError(_message(exc)) from None
+    if args.layers is not None:
+        base = base[: args.layers]
+    if args.direction is None:
+        return base
+    directions = DIRECTIONS if args.direction == "all" else (args.direction,)
+    try:
+        return [(name, p.with_direction(d)) for name, p in base for d in directions]
+    except ValueError as exc:
+        raise UsageError(_message(exc)) from None
+
+
+def _with_epilogue(problem: ConvProblem, bias: bool, activation: str | None) -> ConvProblem:
+    """Add the epilogue options given on the command line (never remove a suite's own)."""
+    changes = {}
+    if bias:
+        changes["bias"] = True
+    if activation:
+        changes["activation"] = activation
+    return problem.replace(**changes) if changes else problem
+
+
+def _message(exc: BaseException) -> str:
+    """A KeyError's text without the quotes ``str()`` adds."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
+
+# ---- subcommands ----------------------------------------------------------------------------------
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    """List every backend the settings allow, loaded or not, with its failures so far."""
+    from .engine import get_engine
+
+    rows = []
+    for b in get_engine().registry.backends():
+        rows.append({
+            "name": b.name, "entry_point": b.entry_point, "source": b.source,
+            "version": b.info.version if b.info else None,
+            "targets": list(b.info.targets) if b.info else [],
+            "description": b.info.description if b.info else "",
+            "status": "ok" if b.ok else f"load error: {b.load_error}",
+            "failures": list(b.failures),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    table = [(r["name"], r["version"], ",".join(r["targets"]) or None, r["source"], r["status"], len(r["failures"]))
+             for r in rows]
+    print(format_table(("name", "version", "targets", "source", "status", "failures"), table, align="lllllr"))
+    for r in rows:
+        for failure in r["failures"]:
+            print(f"  {r['name']}: {failure}")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Print how the engine ranks the candidates of one problem, and why others are missing."""
+    from .explain import explain
+
+    device = parse_device(args.device)
+    problems = select_problems(args, device)
+    if len(problems) != 1:
+        raise UsageError("explain takes one problem: give --direction fwd, bwd_data or bwd_weight, not all")
+    explanation = explain(problems[0][1], device=device, backend=args.backend)
+    print(json.dumps(explanation.to_dict(), indent=1) if args.json else explanation)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Time every candidate on the chosen layers; print the table and the ranking's quality."""
+    from . import bench
+
+    device = parse_device(args.device)
+    if args.png:
+        from .chart import ChartUnavailable, require_matplotlib
+
+        try:
+            require_matplotlib()
+        except ChartUnavailable as exc:
+            raise UsageError(str(exc)) from None
+    problems = select_problems(args, device)
+    rows = bench.run_bench(problems, device, reps=args.reps, warmup=args.warmup, progress=_progress(args))
+    if args.json == "-":
+        print(json.dumps(bench.to_json(rows, device, reps=args.reps, warmup=args.warmup), indent=1))
+    else:
+        print(bench.format_report(rows, str(device)))
+    if args.json and args.json != "-":
+        bench.write_json(rows, args.json, device, reps=args.reps, warmup=args.warmup)
+    if args.csv:
+        bench.write_csv(rows, args.csv)
+    if args.png:
+        from .chart import bar_chart
+
+        bar_chart(rows, args.png, title=f"conv-core bench: {args.suite or args.shape or args.key} on {device}")
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Gate and time every candidate; store the times in the tuning database (and an export table)."""
+    from .tune import run_tune
+
+    device = parse_device(args.device)
+    problems = select_problems(args, device)
+    results = []
+    entries = run_tune(problems, device, reps=args.reps, warmup=args.warmup, db_path=args.db, export=args.export,
+                       backend=args.backend, progress=_progress(args),
+                       on_result=lambda layer, entry, detail: results.append((layer, entry, detail)))
+    table = [(layer, ConvProblem.from_key(e.problem).direction, e.kernel, e.status,
+              f"{e.us:.1f}" if e.status == "ok" else None, detail or None) for layer, e, detail in results]
+    print(format_table(("layer", "dir", "kernel", "status", "us", "detail"), table, align="llllrl"))
+    from .engine import get_engine
+
+    broken = sum(1 for e in entries if e.status != "ok")
+    where = args.db or get_engine().settings.tuning_db
+    print(f"\n{len(entries)} entries ({broken} broken) for {len(problems)} problems written to {where}"
+          + (f" and {args.export}" if args.export else ""))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run the conformance kit on each installed backend (or one); exit 1 on any failure.
+
+    A backend that failed to load is checked too: its report says why, and fails.
+    """
+    from .engine import get_engine
+    from .testing.conformance import run_conformance
+
+    device = parse_device(args.device)
+    names = [b.name for b in get_engine().registry.backends()]
+    if args.backend is not None:
+        if args.backend not in names:
+            raise UsageError(f"no backend named {args.backend!r}; installed: {', '.join(names)}")
+        names = [args.backend]
+    failed = []
+    for name in names:
+        report = run_conformance(name, device, seed=args.seed)
+        print(report.summary() + "\n")
+        if not report.ok:
+            failed.append(name)
+    print(f"conformance: FAILED ({', '.join(failed)})" if failed else f"conformance: all {len(names)} passed")
+    return 1 if failed else 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Print the machine, the software versions and the settings that decide what conv-core does."""
+    info = gather_info()
+    if args.json:
+        print(json.dumps(info, indent=1, default=str))
+        return 0
+    for section, values in info.items():
+        print(f"{section}:")
+        if isinstance(values, list):
+            for item in values:
+                print("  " + ", ".join(f"{k}={v}" for k, v in item.items()))
+        else:
+            for key, value in values.items():
+                if isinstance(value, dict):
+                    value = ", ".join(f"{k}={v}" for k, v in value.items())
+                print(f"  {key}: {value}")
+    return 0
+
+
+def gather_info() -> dict:
+    """Devices, versions, tuning database and settings, as JSON-ready data."""
+    from .arch import device_arch
+    from .settings import Settings
+    from .tuning import read_entries
+
+    settings = Settings.from_env()
+    entries = read_entries(settings.tuning_db)
+    return {
+        "devices": _devices(device_arch),
+        "versions": _versions(),
+        "tuning_db": {"path": str(settings.tuning_db), "exists": settings.tuning_db.exists(),
+                      "entries": len(entries), "devices": sorted({e.device for e in entries})},
+        "settings": {
+            "plugins (CONV_CORE_PLUGINS)": ",".join(sorted(settings.allow)) if settings.allow else "all",
+            "disabled (CONV_CORE_DISABLE_PLUGINS)": ",".join(sorted(settings.block)) or "none",
+            "forced backend (CONV_CORE_BACKEND)": settings.force_backend or "none",
+            "trace (CONV_CORE_TRACE)": settings.trace,
+            "first-use benchmark (CONV_CORE_BENCHMARK)": settings.benchmark,
+            "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("CONV_CORE_")} or "none",
+        },
+    }
+
+
+def _devices(device_arch) -> list[dict]:
+    devices = [{"device": "cpu", "arch": "cpu", "name": platform.processor() or platform.machine(),
+                "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            devices.append({"device": f"cuda:{i}", "arch": device_arch(f"cuda:{i}"), "name": props.name,
+                            "memory_gib": round(props.total_memory / 2**30, 1),
+                            "multiprocessors": props.multi_processor_count})
+    return devices
+
+
+def _versions() -> dict:
+    def package(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "conv-core": __version__, "python": platform.python_version(), "platform": platform.platform(),
+        "torch": torch.__version__, "triton": package("triton"), "pluggy": package("pluggy"),
+        "numpy": package("numpy"), "cuda": torch.version.cuda, "hip": torch.version.hip, "cudnn": cudnn,
+        "driver": _driver_version(),
+    }
+
+
+def _driver_version() -> str | None:
+    """The GPU driver's version from ``nvidia-smi`` (or ``rocm-smi``); None if neither answers."""
+    if not torch.cuda.is_available():
+        return None
+    commands = (["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                ["rocm-smi", "--showdriverversion"])
+    for command in commands:
+        if shutil.which(command[0]) is None:
+            continue
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+        if lines:
+            return lines[0] if command[0] == "nvidia-smi" else lines[-1]
+    return None
+
+
+def _progress(args: argparse.Namespace) -> bool | str:
+    return "always" if args.progress else True
+
+
+# ---- the parser -------------------------------------------------------------------------------------
+
+
+def _add_problem_options(p: argparse.ArgumentParser, *, suite: bool) -> None:
+    """The options that pick problems, shared by explain, bench and tune."""
+    which = p.add_mutually_exclusive_group(required=True)
+    if suite:
+        which.add_argument("--suite", help="a named shape suite (see conv_core.suites)")
+    which.add_argument("--shape", help='one layer, e.g. "n32 c64 k64 i56x56 f3x3 s1 p1" (or a problem key)')
+    which.add_argument("--key", help="a full problem key (ConvProblem.key); other problem options are ignored")
+    p.add_argument("--batch", type=int, help="batch size (default: the suite's; a shape's own n wins)")
+    p.add_argument("--dtype", type=parse_dtype, default="bfloat16", help="bf16 (default), fp16 or fp32")
+    p.add_argument("--layout", type=parse_layout, default="channels_last",
+                   help="nhwc/channels_last (default) or nchw/channels_first")
+    directions = (*DIRECTIONS, "all") if suite else DIRECTIONS
+    p.add_argument("--direction", choices=directions, help="default fwd" + (" (all: the three)" if suite else ""))
+    p.add_argument("--bias", action="store_true", help="forward problems add a bias")
+    p.add_argument("--activation", help="fused activation of forward problems (relu, gelu, silu, ...)")
+    p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
+    if suite:
+        p.add_argument("--layers", type=int, help="only the first N layers")
+    else:
+        p.set_defaults(suite=None, layers=None)
+
+
+def _add_timing_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reps", type=int, default=20, help="timed repetitions per kernel (median taken; default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
+    p.add_argument("--progress", action="store_true", help="draw the progress bar even when stderr is not a terminal")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="conv-core", description="Pluggable convolutions for PyTorch: "
+                                     "inspect backends, explain choices, benchmark and tune.")
+    parser.add_argument("--version", action="version", version=f"conv-core {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("backends", help="list backends, their versions and errors")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_backends)
+
+    p = sub.add_parser("explain", help="show how one problem's candidates are ranked")
+    _add_problem_options(p, suite=False)
+    p.add_argument("--backend", help="restrict the choice to this backend")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("bench", help="time every candidate on a suite or a shape")
+    _add_problem_options(p, suite=True)
+    _add_timing_options(p)
+    p.add_argument("--csv", metavar="PATH", help="write one line per (problem, kernel)")
+    p.add_argument("--json", metavar="PATH", help="write the whole run as JSON ('-': print it instead of the table)")
+    p.add_argument("--png", metavar="PATH", help="write a bar chart of the speedups (needs matplotlib)")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("tune", help="measure candidates into the tuning database")
+    _add_problem_options(p, suite=True)
+    _add_timing_options(p)
+    p.add_argument("--db", metavar="PATH", help="tuning database (default: CONV_CORE_TUNING_DB or the cache dir)")
+    p.add_argument("--export", metavar="PATH", help="also merge the entries into this table (for a backend to ship)")
+    p.add_argument("--backend", help="tune only this backend's candidates")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("check", help="run the conformance kit on the installed backends")
+    p.add_argument("--backend", help="check only this backend")
+    p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random cases (default 0)")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("info", help="describe the machine, versions and settings")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``conv-core``; returns the exit status (2 for usage errors)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or argparse's own usage error
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"conv-core {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

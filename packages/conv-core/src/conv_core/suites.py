@@ -1,0 +1,234 @@
+"""Shape suites: the convolution layers of real models, as data.
+
+A suite is one JSON file in ``conv_core/data/suites/``, naming each distinct
+convolution layer of a model once with the number of times it occurs
+(``count``), so a benchmark can time every problem once and weight it by how
+often the model runs it. The files hold geometry only; dtype, layout,
+direction, batch and architecture are chosen when the suite is turned into
+problems (:func:`suite_problems`), so one file serves every benchmark setting.
+
+File format (one object per file)::
+
+    {"name", "description", "source", "default_batch",
+     "layers": [{"name", "in_channels", "out_channels", "input_size": [H, W],
+                 "filter_size": [R, S], "stride": [..], "padding": [[l, r], [l, r]],
+                 "dilation": [..], "groups", "bias", "count"}]}
+
+:func:`problems_from_shape` parses a one-off shape written on a command line
+(``"n32 c64 k64 i56x56 f3x3 s1 p1"``) into the same ``(name, problem)`` form.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from .problem import ConvProblem
+
+__all__ = ["Suite", "SuiteLayer", "available_suites", "load_suite", "problems_from_shape", "suite_problems"]
+
+_SUITE_DIR = "data/suites"
+_LAYER_FIELDS = ("name", "in_channels", "out_channels", "input_size", "filter_size", "stride", "padding",
+                 "dilation", "groups", "bias", "count")
+_SUITE_FIELDS = ("name", "description", "source", "default_batch", "layers")
+
+
+@dataclass(frozen=True)
+class SuiteLayer:
+    """One distinct convolution layer of a model and how many times the model runs it."""
+
+    name: str
+    in_channels: int
+    out_channels: int
+    input_size: tuple[int, ...]
+    filter_size: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[tuple[int, int], ...]
+    dilation: tuple[int, ...]
+    groups: int = 1
+    bias: bool = False
+    count: int = 1
+
+    def problem(self, batch: int, *, dtype: str = "bfloat16", layout: str = "channels_last",
+                direction: str = "fwd", arch: str = "cpu") -> ConvProblem:
+        """This layer as a problem (backward directions drop the bias, as :meth:`ConvProblem.with_direction` does)."""
+        forward = ConvProblem(
+            direction="fwd", batch=batch, in_channels=self.in_channels, out_channels=self.out_channels,
+            input_size=self.input_size, filter_size=self.filter_size, stride=self.stride, padding=self.padding,
+            dilation=self.dilation, groups=self.groups, dtype=dtype, layout=layout, bias=self.bias, arch=arch)
+        return forward.with_direction(direction)
+
+    @classmethod
+    def from_problem(cls, name: str, problem: ConvProblem, count: int = 1) -> SuiteLayer:
+        """The layer of a (captured) problem; dtype, layout, direction, batch and arch are dropped."""
+        return cls(name, problem.in_channels, problem.out_channels, problem.input_size, problem.filter_size,
+                   problem.stride, problem.padding, problem.dilation, problem.groups, problem.bias, count)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "in_channels": self.in_channels, "out_channels": self.out_channels,
+                "input_size": list(self.input_size), "filter_size": list(self.filter_size),
+                "stride": list(self.stride), "padding": [list(p) for p in self.padding],
+                "dilation": list(self.dilation), "groups": self.groups, "bias": self.bias, "count": self.count}
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A model's distinct convolution layers (see the module docstring for the file format)."""
+
+    name: str
+    description: str
+    layers: tuple[SuiteLayer, ...]
+    source: str = ""
+    default_batch: int = 1
+
+    @property
+    def total_count(self) -> int:
+        """How many convolutions one forward pass of the model runs."""
+        return sum(layer.count for layer in self.layers)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "description": self.description, "source": self.source,
+                "default_batch": self.default_batch, "layers": [layer.to_json() for layer in self.layers]}
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+
+def _suite_files():
+    return resources.files("conv_core").joinpath(_SUITE_DIR)
+
+
+def available_suites() -> list[str]:
+    """Names of the suites shipped with conv-core, sorted."""
+    return sorted(entry.name.removesuffix(".json") for entry in _suite_files().iterdir()
+                  if entry.name.endswith(".json"))
+
+
+def _parse_layer(raw: dict, where: str) -> SuiteLayer:
+    missing = [f for f in _LAYER_FIELDS if f not in raw]
+    unknown = sorted(set(raw) - set(_LAYER_FIELDS))
+    if missing or unknown:
+        raise ValueError(f"{where}: missing fields {missing}, unknown fields {unknown}")
+    try:
+        layer = SuiteLayer(
+            name=str(raw["name"]), in_channels=int(raw["in_channels"]), out_channels=int(raw["out_channels"]),
+            input_size=tuple(int(v) for v in raw["input_size"]), filter_size=tuple(int(v) for v in raw["filter_size"]),
+            stride=tuple(int(v) for v in raw["stride"]),
+            padding=tuple((int(lo), int(hi)) for lo, hi in raw["padding"]),
+            dilation=tuple(int(v) for v in raw["dilation"]), groups=int(raw["groups"]), bias=bool(raw["bias"]),
+            count=int(raw["count"]))
+        if layer.count < 1:
+            raise ValueError(f"count={layer.count} must be >= 1")
+        layer.problem(1, dtype="float32", layout="channels_first")  # validates the geometry
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    return layer
+
+
+def _parse_suite(raw: dict, where: str) -> Suite:
+    missing = [f for f in _SUITE_FIELDS if f not in raw]
+    if missing:
+        raise ValueError(f"{where}: missing fields {missing}")
+    layers = tuple(_parse_layer(layer, f"{where}: layer {i} ({layer.get('name', '?')})")
+                   for i, layer in enumerate(raw["layers"]))
+    return Suite(name=raw["name"], description=raw["description"], layers=layers, source=raw["source"],
+                 default_batch=int(raw["default_batch"]))
+
+
+def load_suite(name: str) -> Suite:
+    """The suite called ``name`` (see :func:`available_suites`), or the suite in the JSON file at path ``name``."""
+    if name.endswith(".json") and Path(name).is_file():
+        return _parse_suite(json.loads(Path(name).read_text()), name)
+    entry = _suite_files().joinpath(f"{name}.json")
+    if not re.fullmatch(r"[\w.-]+", name) or not entry.is_file():
+        raise ValueError(f"unknown suite {name!r}; available: {', '.join(available_suites())}")
+    return _parse_suite(json.loads(entry.read_text()), f"suite {name}")
+
+
+def suite_problems(name: str | Suite, *, batch: int | None = None, dtype: str = "bfloat16",
+                   layout: str = "channels_last", direction: str = "fwd",
+                   arch: str = "cpu") -> list[tuple[str, ConvProblem]]:
+    """``(layer name, problem)`` for each distinct layer of a suite; ``batch`` defaults to the suite's."""
+    suite = name if isinstance(name, Suite) else load_suite(name)
+    batch = suite.default_batch if batch is None else batch
+    return [(layer.name, layer.problem(batch, dtype=dtype, layout=layout, direction=direction, arch=arch))
+            for layer in suite.layers]
+
+
+# ---- one shape from a command line --------------------------------------------------------------
+
+_SHAPE_TOKEN = re.compile(r"([nckifspdgb])([\d.x]+)")
+_REQUIRED = {"c": "in channels", "k": "out channels", "i": "input size", "f": "filter size"}
+
+
+def _dims(text: str, ndim: int, letter: str) -> tuple[int, ...]:
+    values = tuple(int(v) for v in text.split("x"))
+    if len(values) == 1:
+        return values * ndim
+    if len(values) != ndim:
+        raise ValueError(f"{letter}{text}: expected 1 or {ndim} sizes (the input has {ndim} dimensions)")
+    return values
+
+
+def _padding(text: str, ndim: int) -> tuple[tuple[int, int], ...]:
+    """``p1``, ``p1x2`` (symmetric per dimension) or ``p0.1x0.1`` (``left.right`` per dimension)."""
+    pairs = []
+    for part in text.split("x"):
+        lo, _, hi = part.partition(".")
+        pairs.append((int(lo), int(hi or lo)))
+    if len(pairs) == 1:
+        return tuple(pairs) * ndim
+    if len(pairs) != ndim:
+        raise ValueError(f"p{text}: expected 1 or {ndim} paddings (the input has {ndim} dimensions)")
+    return tuple(pairs)
+
+
+def _shape_fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for token in text.replace(",", " ").split():
+        m = _SHAPE_TOKEN.fullmatch(token)
+        if not m:
+            raise ValueError(f"cannot read {token!r} in shape {text!r}; expected tokens like n32 c64 k64 i56x56 "
+                             f"f3x3 s1 p1 d1 g1 b0")
+        letter, value = m.groups()
+        if letter in fields:
+            raise ValueError(f"{letter!r} is given twice in shape {text!r}")
+        fields[letter] = value
+    missing = [f"{letter} ({what})" for letter, what in _REQUIRED.items() if letter not in fields]
+    if missing:
+        raise ValueError(f"shape {text!r} lacks {', '.join(missing)}")
+    return fields
+
+
+def problems_from_shape(text: str, *, batch: int | None = None, dtype: str = "bfloat16",
+                        layout: str = "channels_last", direction: str = "fwd",
+                        arch: str = "cpu") -> list[tuple[str, ConvProblem]]:
+    """The one ``(name, problem)`` of a shape written as ``"n32 c64 k64 i56x56 f3x3 s1 p1 d1 g1"``.
+
+    ``c``, ``k``, ``i`` and ``f`` are required; ``s``, ``d`` (default 1), ``p``
+    (default 0), ``g`` (default 1), ``b`` (bias, 0/1, default 0) and ``n``
+    (default ``batch``, else 1) are optional. A full :attr:`ConvProblem.key`
+    is accepted too, and then fixes every field itself. A list, so a command
+    line can treat one shape like a one-layer suite; the name is the problem's
+    :attr:`~ConvProblem.geometry_key`.
+    """
+    text = text.strip()
+    if re.match(r"(fwd|bwd_data|bwd_weight)\s", text):
+        problem = ConvProblem.from_key(text)
+        return [(problem.geometry_key, problem)]
+    fields = _shape_fields(text)
+    size = tuple(int(v) for v in fields["i"].split("x"))
+    ndim = len(size)
+    layer = SuiteLayer(
+        name="", in_channels=int(fields["c"]), out_channels=int(fields["k"]), input_size=size,
+        filter_size=_dims(fields["f"], ndim, "f"), stride=_dims(fields.get("s", "1"), ndim, "s"),
+        padding=_padding(fields.get("p", "0"), ndim), dilation=_dims(fields.get("d", "1"), ndim, "d"),
+        groups=int(fields.get("g", "1")), bias=fields.get("b", "0") == "1")
+    if fields.get("b", "0") not in ("0", "1"):
+        raise ValueError(f"b{fields['b']}: bias is b0 or b1")
+    n = int(fields["n"]) if "n" in fields else (batch or 1)
+    problem = layer.problem(n, dtype=dtype, layout=layout, direction=direction, arch=arch)
+    return [(problem.geometry_key, problem)]

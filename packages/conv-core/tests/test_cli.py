@@ -1,0 +1,228 @@
+"""The conv-core command, run in-process through main([...])."""
+
+import io
+import json
+import sys
+
+import pytest
+
+import conv_core
+from conv_core.cli import main
+from conv_core.progress import Progress, format_table
+from conv_core.tuning import read_entries
+from test_bench_tune import NoInfo, isolate, use_backends, wrong_backend
+
+SHAPE = "n2 c4 k8 i6x6 f3x3 s1 p1"
+FP32 = ["--dtype", "fp32", "--layout", "nchw", "--device", "cpu"]
+
+
+@pytest.fixture(autouse=True)
+def fresh_engine(tmp_path, monkeypatch):
+    isolate(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def tiny_suite(tmp_path):
+    """A two-layer suite file (``--suite`` also takes the path of a suite JSON)."""
+    def layer(name, c, k, size, f, pad):
+        return {"name": name, "in_channels": c, "out_channels": k, "input_size": [size, size],
+                "filter_size": [f, f], "stride": [1, 1], "padding": [[pad, pad], [pad, pad]], "dilation": [1, 1],
+                "groups": 1, "bias": False, "count": 1}
+
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps({"name": "tiny", "description": "test", "source": "", "default_batch": 2,
+                                "layers": [layer("conv1", 4, 8, 6, 3, 1), layer("conv2", 8, 4, 5, 1, 0),
+                                           layer("conv3", 4, 4, 4, 3, 1)]}))
+    return str(path)
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---- backends, info ----------------------------------------------------------------------------------
+
+
+def test_backends_lists_aten_and_load_errors(capsys, monkeypatch):
+    use_backends(monkeypatch, noinfo=NoInfo())
+    code, out, _ = run(capsys, "backends")
+    assert code == 0
+    assert "aten" in out and "builtin" in out and "noinfo" in out and "load error: ImportError" in out
+    code, out, _ = run(capsys, "backends", "--json")
+    data = {b["name"]: b for b in json.loads(out)}
+    assert data["aten"]["status"] == "ok" and data["aten"]["targets"] == ["any"]
+    assert data["noinfo"]["status"].startswith("load error") and data["noinfo"]["version"] is None
+
+
+def test_info(capsys):
+    code, out, _ = run(capsys, "info")
+    assert code == 0 and "torch:" in out and "tuning_db:" in out and "CONV_CORE_TUNING_DB" in out
+    code, out, _ = run(capsys, "info", "--json")
+    data = json.loads(out)
+    assert data["devices"][0]["arch"] == "cpu" and data["versions"]["conv-core"] == conv_core.__version__
+    assert data["tuning_db"]["entries"] == 0 and data["versions"]["torch"]
+
+
+# ---- explain -------------------------------------------------------------------------------------------
+
+
+def test_explain_shape_and_key(capsys):
+    code, out, _ = run(capsys, "explain", "--shape", SHAPE, *FP32, "--bias", "--activation", "relu")
+    assert code == 0 and "aten:native:default" in out and "b1 arelu cpu" in out
+    code, out, _ = run(capsys, "explain", "--shape", SHAPE, "--direction", "bwd_weight", "--device", "cpu", "--json")
+    data = json.loads(out)
+    assert data["problem"].startswith("bwd_weight n2 c4 k8") and " bf16.bf16.bf16 cl " in data["problem"]
+    key = "bwd_data n2 c4 k6 g1 i8x8 f3x3 s1x1 p1.2x0.1 d1x1 f32.f32.f32 cf b0 a- cpu"
+    code, out, _ = run(capsys, "explain", "--key", key, "--device", "cpu", "--json")
+    assert json.loads(out)["problem"] == key
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", "--shape", "n2 c4 q9"], "cannot read 'q9'"),
+    (["explain", "--shape", "c4 k8 i6x6"], "lacks f"),
+    (["explain", "--key", "nonsense"], "not a problem key"),
+    (["explain", "--shape", SHAPE, "--activation", "nope"], "activation='nope'"),
+    (["bench", "--suite", "no-such-suite"], "unknown suite 'no-such-suite'"),
+    (["tune", "--suite", "no-such-suite"], "unknown suite"),
+])
+def test_usage_errors_are_one_line_and_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_option_values_exit_2(capsys):
+    assert run(capsys, "bench", "--shape", SHAPE, "--dtype", "int8")[0] == 2
+    assert run(capsys, "bench", "--shape", SHAPE, "--layout", "nhcw")[0] == 2
+    assert run(capsys, "bench")[0] == 2  # no problem chosen
+    assert run(capsys, "--version")[0] == 0
+
+
+# ---- bench ---------------------------------------------------------------------------------------------
+
+
+def test_bench_a_suite_writes_csv_and_json(capsys, tiny_suite, tmp_path):
+    csv_path, json_path = tmp_path / "b.csv", tmp_path / "b.json"
+    code, out, _ = run(capsys, "bench", "--suite", tiny_suite, "--layers", "2", "--direction", "all", *FP32,
+                       "--reps", "2", "--warmup", "0", "--csv", str(csv_path), "--json", str(json_path))
+    assert code == 0
+    assert "conv1" in out and "conv2" in out and "conv3" not in out and "bwd_weight" in out
+    assert "6 problems on cpu" in out and "pick was the fastest in" in out
+    data = json.loads(json_path.read_text())
+    assert [(r["layer"], r["direction"]) for r in data["rows"]][:3] == [
+        ("conv1", "fwd"), ("conv1", "bwd_data"), ("conv1", "bwd_weight")]
+    assert data["summary"]["problems"] == 6 and data["rows"][0]["torch_us"] > 0
+    assert len(csv_path.read_text().splitlines()) == 1 + 6 + 2  # header, aten per problem, torch per forward
+
+
+def test_bench_json_to_stdout(capsys):
+    code, out, _ = run(capsys, "bench", "--shape", SHAPE, *FP32, "--reps", "1", "--warmup", "0", "--json", "-")
+    assert code == 0 and json.loads(out)["rows"][0]["picked"] == "aten:native:default"
+
+
+def test_bench_png(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "b.png"
+    code, _, _ = run(capsys, "bench", "--shape", SHAPE, *FP32, "--reps", "1", "--warmup", "0", "--png", str(png))
+    assert code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_png_without_matplotlib_fails_before_benchmarking(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    code, out, err = run(capsys, "bench", "--shape", SHAPE, *FP32, "--png", str(tmp_path / "b.png"))
+    assert code == 2 and out == "" and "matplotlib" in err
+
+
+# ---- tune ----------------------------------------------------------------------------------------------
+
+
+def test_tune_then_explain_uses_the_database(capsys, tmp_path, monkeypatch):
+    db = tmp_path / "mine.json"
+    monkeypatch.setenv("CONV_CORE_TUNING_DB", str(db))
+    conv_core.reset()
+    code, out, _ = run(capsys, "tune", "--shape", SHAPE, *FP32, "--reps", "2", "--warmup", "0")
+    assert code == 0 and "aten:native:default" in out and f"written to {db}" in out
+    (entry,) = read_entries(db)
+    assert entry.status == "ok" and entry.us > 0
+    code, out, _ = run(capsys, "explain", "--shape", SHAPE, *FP32, "--json")
+    ranked = json.loads(out)["ranked"]
+    assert ranked[0]["source"] == "tuning-db" and ranked[0]["us"] == pytest.approx(entry.us)
+
+
+def test_tune_records_a_broken_candidate_and_exports(capsys, tmp_path, monkeypatch):
+    use_backends(monkeypatch, wrong=wrong_backend())
+    table = tmp_path / "table.json"
+    code, out, _ = run(capsys, "tune", "--shape", SHAPE, *FP32, "--reps", "1", "--warmup", "0",
+                       "--db", str(tmp_path / "db.json"), "--export", str(table))
+    assert code == 0 and "broken" in out and "MISMATCH" in out and "(1 broken)" in out
+    assert {e.kernel: e.status for e in read_entries(table)} == {"aten:native:default": "ok", "wrong:k:c": "broken"}
+
+
+# ---- check ---------------------------------------------------------------------------------------------
+
+
+class FakeReport:
+    def __init__(self, backend, ok):
+        self.backend, self.ok = backend, ok
+
+    def summary(self):
+        return f"conformance of backend {self.backend!r}: {'PASS' if self.ok else 'FAIL'}"
+
+
+@pytest.fixture
+def fake_conformance(monkeypatch):
+    """Replace the (slow) conformance run: ``failing`` backends fail, the others pass."""
+    from conv_core.testing import conformance
+
+    calls, failing = [], set()
+
+    def run_conformance(backend, device, *, seed=0, **kwargs):
+        calls.append((backend, str(device), seed))
+        return FakeReport(backend, backend not in failing)
+
+    monkeypatch.setattr(conformance, "run_conformance", run_conformance)
+    return calls, failing
+
+
+def test_check_every_backend(capsys, monkeypatch, fake_conformance):
+    calls, failing = fake_conformance
+    use_backends(monkeypatch, wrong=wrong_backend())
+    code, out, _ = run(capsys, "check", "--device", "cpu")
+    assert code == 0 and [c[0] for c in calls] == ["aten", "wrong"] and "all 2 passed" in out
+    failing.add("wrong")
+    code, out, _ = run(capsys, "check", "--seed", "3", "--device", "cpu")
+    assert code == 1 and "FAILED (wrong)" in out and calls[-1] == ("wrong", "cpu", 3)
+
+
+def test_check_one_backend(capsys, fake_conformance):
+    calls, _ = fake_conformance
+    assert run(capsys, "check", "--backend", "aten", "--device", "cpu")[0] == 0 and calls == [("aten", "cpu", 0)]
+    code, _, err = run(capsys, "check", "--backend", "nosuch")
+    assert code == 2 and "no backend named 'nosuch'" in err
+
+
+# ---- terminal helpers ----------------------------------------------------------------------------------
+
+
+def test_progress_draws_only_on_a_terminal_or_when_forced():
+    quiet = io.StringIO()
+    with Progress(3, "bench", stream=quiet) as bar:  # a StringIO is not a terminal
+        bar.step("a")
+    assert quiet.getvalue() == ""
+    loud = io.StringIO()
+    with Progress(2, "bench", mode="always", stream=loud) as bar:
+        bar.step("layer1")
+        bar.step("layer2")
+    text = loud.getvalue()
+    lines = text.split("\r")[1:]
+    assert len(lines) == 3 and "[" + "." * 20 + "] 1/2 layer1" in lines[0] and "2/2 layer2" in lines[1]
+    assert "[" + "#" * 20 + "] 2/2 done" in lines[2] and text.endswith("\n")
+    with pytest.raises(ValueError):
+        Progress(1, mode="sometimes")
+
+
+def test_format_table_aligns_columns():
+    text = format_table(("name", "us"), [("a", "1.5"), ("long name", None)], align="lr")
+    assert text.splitlines() == ["name        us", "---------  ---", "a          1.5", "long name    -"]

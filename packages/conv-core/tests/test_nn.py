@@ -1,0 +1,253 @@
+"""``conv_core.nn``: drop-in modules that match torch's, and in-place conversion of models."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils import parametrize
+from torch.nn.utils.parametrizations import weight_norm
+
+import conv_core.nn as cnn
+
+TORCH = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
+CORE = {1: cnn.Conv1d, 2: cnn.Conv2d, 3: cnn.Conv3d}
+SPATIAL = {1: (13,), 2: (9, 8), 3: (6, 5, 7)}
+
+
+def _pair(ndim: int, seed: int = 0, **kwargs):
+    """A torch module and a conv-core module with the same parameters (float64, so results compare tightly)."""
+    torch.manual_seed(seed)
+    ref = TORCH[ndim](**kwargs, dtype=torch.float64)
+    mine = CORE[ndim](**kwargs, dtype=torch.float64)
+    mine.load_state_dict(ref.state_dict())
+    return ref, mine
+
+
+def _check_forward_and_backward(ref: nn.Module, mine: nn.Module, x: torch.Tensor) -> None:
+    x_ref = x.clone().requires_grad_(True)
+    x_mine = x.clone().requires_grad_(True)
+    y_ref, y_mine = ref(x_ref), mine(x_mine)
+    torch.testing.assert_close(y_mine, y_ref)
+    grad = torch.randn_like(y_ref)
+    y_ref.backward(grad)
+    y_mine.backward(grad)
+    torch.testing.assert_close(x_mine.grad, x_ref.grad)
+    for (name, p_ref), p_mine in zip(ref.named_parameters(), mine.parameters()):
+        torch.testing.assert_close(p_mine.grad, p_ref.grad, msg=name)
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+@pytest.mark.parametrize("padding_mode", ["zeros", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("groups, bias", [(1, True), (2, False)])
+def test_matches_torch_for_each_padding_mode(ndim, padding_mode, groups, bias):
+    ref, mine = _pair(ndim, in_channels=4, out_channels=6, kernel_size=3, stride=(2,) + (1,) * (ndim - 1), padding=2,
+                      dilation=1 if ndim == 3 else 2, groups=groups, bias=bias, padding_mode=padding_mode)
+    _check_forward_and_backward(ref, mine, torch.randn(2, 4, *SPATIAL[ndim], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+@pytest.mark.parametrize("padding", ["same", "valid", 0])
+def test_matches_torch_for_string_padding(ndim, padding):
+    ref, mine = _pair(ndim, in_channels=3, out_channels=4, kernel_size=4, padding=padding, dilation=2)
+    _check_forward_and_backward(ref, mine, torch.randn(2, 3, *[v + 4 for v in SPATIAL[ndim]], dtype=torch.float64))
+
+
+def test_depthwise_matches_torch():
+    ref, mine = _pair(2, in_channels=8, out_channels=16, kernel_size=5, padding=2, groups=8)
+    _check_forward_and_backward(ref, mine, torch.randn(3, 8, 10, 10, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("ndim, padding_mode", [(1, "zeros"), (1, "reflect"), (2, "circular"), (3, "replicate")])
+def test_unbatched_input(ndim, padding_mode):
+    ref, mine = _pair(ndim, in_channels=2, out_channels=3, kernel_size=3, padding=1, padding_mode=padding_mode)
+    x = torch.randn(2, *SPATIAL[ndim], dtype=torch.float64)
+    y = mine(x)
+    assert y.shape == ref(x).shape == (3, *SPATIAL[ndim])
+    _check_forward_and_backward(ref, mine, x)
+
+
+def test_state_dict_round_trips():
+    ref, mine = _pair(2, in_channels=4, out_channels=8, kernel_size=3, padding=1)
+    assert list(mine.state_dict()) == list(ref.state_dict()) == ["weight", "bias"]
+    back = nn.Conv2d(4, 8, 3, padding=1, dtype=torch.float64)
+    back.load_state_dict(mine.state_dict(), strict=True)
+    for key, value in ref.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value)
+
+
+def test_defaults_keep_torch_repr_and_options_show():
+    assert repr(cnn.Conv2d(3, 8, 3, padding=1)) == repr(nn.Conv2d(3, 8, 3, padding=1))
+    text = repr(cnn.Conv2d(3, 8, 3, activation="relu", out_dtype=torch.float32, backend="aten"))
+    assert "activation='relu'" in text and "out_dtype=torch.float32" in text and "backend='aten'" in text
+    with pytest.raises(ValueError, match="activation"):
+        cnn.Conv2d(3, 8, 3, activation="tanhh")
+
+
+def test_activation_and_out_dtype():
+    torch.manual_seed(0)
+    mine = cnn.Conv2d(4, 8, 3, padding=1, activation="relu6")
+    x = torch.randn(2, 4, 7, 7)
+    torch.testing.assert_close(mine(x), F.relu6(F.conv2d(x, mine.weight, mine.bias, padding=1)))
+    wide = cnn.Conv2d(4, 8, 3, dtype=torch.bfloat16, out_dtype=torch.float32)
+    xb = x.bfloat16()
+    y = wide(xb)
+    assert y.dtype == torch.float32
+    expected = F.conv2d(xb.float(), wide.weight.float(), wide.bias.float())
+    torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_autocast_matches_torch():
+    torch.manual_seed(0)
+    ref, mine = _pair(2, in_channels=4, out_channels=8, kernel_size=3, padding=1, padding_mode="reflect")
+    ref, mine = ref.float(), mine.float()
+    x = torch.randn(2, 4, 9, 9, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y_ref, y_mine = ref(x), mine(x)
+    assert y_mine.dtype == y_ref.dtype == torch.bfloat16
+    torch.testing.assert_close(y_mine, y_ref)
+    y_mine.float().sum().backward()
+    assert mine.weight.grad.dtype == torch.float32
+
+
+# ---- convert / revert ----------------------------------------------------------------------------
+
+
+class Residual(nn.Module):
+    """A basic residual block: two 3x3 convs, and a 1x1 downsample when the shape changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        return F.relu(self.body(x) + identity)
+
+
+def resnet_like() -> nn.Sequential:
+    """A small ResNet: stem, two residual stages (one strided, with a 1x1 downsample), pooled head."""
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
+        Residual(16, 16, 1), Residual(16, 32, 2), Residual(32, 32, 1),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+
+
+def _conv_types(model: nn.Module) -> list[type]:
+    return [type(m) for m in model.modules() if isinstance(m, nn.modules.conv._ConvNd)]
+
+
+def test_convert_resnet_like_gives_the_same_output():
+    torch.manual_seed(0)
+    model = resnet_like().eval()
+    x = torch.randn(2, 3, 32, 32)
+    expected = model(x)
+    assert cnn.convert(model) is model
+    assert _conv_types(model) == [cnn.Conv2d] * 8
+    torch.testing.assert_close(model(x), expected)
+
+
+def test_convert_keeps_parameter_identity_and_the_optimizer_trains_them():
+    torch.manual_seed(0)
+    model = resnet_like()
+    reference = copy.deepcopy(model)
+    ids = {name: id(p) for name, p in model.named_parameters()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    cnn.convert(model)
+    assert {name: id(p) for name, p in model.named_parameters()} == ids
+    x, target = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+    before = model[0].weight.detach().clone()
+    for net, opt in ((model, optimizer), (reference, ref_optimizer)):
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(net(x), target).backward()
+            opt.step()
+    assert not torch.equal(model[0].weight, before)
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p, p_ref, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_convert_channels_last_model():
+    torch.manual_seed(0)
+    model = resnet_like().eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 32, 32).to(memory_format=torch.channels_last)
+    stem_out = model[0](x)
+    expected = model(x)
+    cnn.convert(model)
+    converted_stem_out = model[0](x)
+    assert converted_stem_out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(converted_stem_out, stem_out)
+    torch.testing.assert_close(model(x), expected)
+
+
+def test_convert_only_exact_torch_convolutions():
+    class MyConv(nn.Conv2d):
+        pass
+
+    model = nn.Sequential(nn.Conv1d(2, 2, 1), nn.Conv3d(2, 2, 1), MyConv(2, 2, 1), nn.ConvTranspose2d(2, 2, 2),
+                          cnn.Conv2d(2, 2, 1, backend="mine"))
+    cnn.convert(model, backend="aten")
+    assert [type(m) for m in model] == [cnn.Conv1d, cnn.Conv3d, MyConv, nn.ConvTranspose2d, cnn.Conv2d]
+    assert model[0].backend == model[1].backend == "aten"
+    assert model[4].backend == "mine", "an already converted module is left alone"
+    root = nn.Conv2d(2, 2, 1)
+    assert type(cnn.convert(root)) is cnn.Conv2d
+
+
+def test_convert_keeps_hooks_and_parametrizations():
+    torch.manual_seed(0)
+    conv = weight_norm(nn.Conv2d(3, 4, 3, padding=1))
+    seen = []
+    conv.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    x = torch.randn(1, 3, 6, 6)
+    expected = conv(x)
+    model = nn.Sequential(conv)
+    cnn.convert(model)
+    assert isinstance(conv, cnn.Conv2d) and parametrize.is_parametrized(conv, "weight")
+    assert parametrize.type_before_parametrizations(conv) is cnn.Conv2d
+    torch.testing.assert_close(conv(x), expected)
+    assert len(seen) == 2
+    parametrize.remove_parametrizations(conv, "weight")
+    assert type(conv) is cnn.Conv2d
+    torch.testing.assert_close(conv(x), expected)
+
+
+def test_revert_restores_torch_modules():
+    torch.manual_seed(0)
+    model = resnet_like().eval()
+    x = torch.randn(1, 3, 32, 32)
+    expected = model(x)
+    params = [id(p) for p in model.parameters()]
+    cnn.revert(cnn.convert(model, backend="aten"))
+    assert _conv_types(model) == [nn.Conv2d] * 8
+    assert not any("backend" in vars(m) for m in model.modules())
+    assert [id(p) for p in model.parameters()] == params
+    torch.testing.assert_close(model(x), expected)
+
+
+def test_revert_refuses_what_torch_cannot_express():
+    model = nn.Sequential(cnn.Conv2d(2, 2, 1), cnn.Conv2d(2, 2, 1, activation="relu"))
+    with pytest.raises(ValueError, match="activation='relu'"):
+        cnn.revert(model)
+    assert [type(m) for m in model] == [cnn.Conv2d, cnn.Conv2d], "nothing changed"
+
+
+def test_converted_model_deepcopies_and_pickles(tmp_path):
+    model = cnn.convert(resnet_like().eval(), backend="aten")
+    x = torch.randn(1, 3, 32, 32)
+    twin = copy.deepcopy(model)
+    assert twin[0].backend == "aten" and type(twin[0]) is cnn.Conv2d
+    torch.testing.assert_close(twin(x), model(x))
+    path = tmp_path / "model.pt"
+    torch.save(model, path)
+    loaded = torch.load(path, weights_only=False)
+    torch.testing.assert_close(loaded(x), model(x))

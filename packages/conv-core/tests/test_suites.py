@@ -1,0 +1,486 @@
+"""The shipped shape suites describe the real models, and the suite API reads them.
+
+Each suite is checked three ways: hand-counted totals and a few hand-checked
+layers (from the architectures' definitions), and an exact comparison with the
+convolutions captured from a convolution skeleton of the model written here
+(the real module names and data flow, without norms and activations, which
+do not change shapes), run on the ``meta`` device so it costs nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import conv_core
+from conv_core.capture import capture_shapes
+from conv_core.problem import ConvProblem
+from conv_core.suites import Suite, SuiteLayer, available_suites, load_suite, problems_from_shape, suite_problems
+
+SUITES = ["convnext_block", "resnet50", "retinanet_head", "sd_vae_decoder", "sd_vae_encoder"]
+
+
+# ---- convolution skeletons of the models ---------------------------------------------------------
+
+
+class Bottleneck(nn.Module):
+    """torchvision ResNet v1.5 bottleneck: the stride is on the 3x3 conv."""
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.conv3 = nn.Conv2d(width, width * 4, 1, bias=False)
+        self.downsample = None
+        if stride != 1 or cin != width * 4:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, width * 4, 1, stride, bias=False))
+
+    def forward(self, x):
+        out = self.conv3(self.conv2(self.conv1(x)))
+        return out + (x if self.downsample is None else self.downsample(x))
+
+
+class ResNet50(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        cin = 64
+        for i, (width, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]):
+            layer = []
+            for b in range(blocks):
+                layer.append(Bottleneck(cin, width, stride if b == 0 else 1))
+                cin = width * 4
+            setattr(self, f"layer{i + 1}", nn.Sequential(*layer))
+
+    def forward(self, x):
+        x = self.maxpool(self.conv1(x))
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+
+class VaeResnet(nn.Module):
+    """diffusers ResnetBlock2D: conv1, conv2, and a 1x1 conv_shortcut when the channels change."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.conv_shortcut = nn.Conv2d(cin, cout, 1) if cin != cout else None
+
+    def forward(self, x):
+        h = self.conv2(self.conv1(x))
+        return h + (x if self.conv_shortcut is None else self.conv_shortcut(x))
+
+
+class PadRightConv(nn.Conv2d):
+    """diffusers Downsample2D(padding=0): pad right/bottom by 1, 3x3 stride 2, as one asymmetric conv-core call."""
+
+    def forward(self, x):
+        return conv_core.conv2d(x, self.weight, self.bias, 2, ((0, 1), (0, 1)))
+
+
+class VaeDownBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, downsample: bool) -> None:
+        super().__init__()
+        self.resnets = nn.ModuleList([VaeResnet(cin, cout), VaeResnet(cout, cout)])
+        self.downsamplers = nn.ModuleList([nn.ModuleDict({"conv": PadRightConv(cout, cout, 3)})]) if downsample \
+            else None
+
+    def forward(self, x):
+        for r in self.resnets:
+            x = r(x)
+        return x if self.downsamplers is None else self.downsamplers[0]["conv"](x)
+
+
+class VaeUpBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, upsample: bool) -> None:
+        super().__init__()
+        self.resnets = nn.ModuleList([VaeResnet(cin if i == 0 else cout, cout) for i in range(3)])
+        self.upsamplers = nn.ModuleList([nn.ModuleDict({"conv": nn.Conv2d(cout, cout, 3, padding=1)})]) \
+            if upsample else None
+
+    def forward(self, x):
+        for r in self.resnets:
+            x = r(x)
+        if self.upsamplers is not None:
+            x = self.upsamplers[0]["conv"](F.interpolate(x, scale_factor=2.0, mode="nearest"))
+        return x
+
+
+class VaeMidBlock(nn.Module):
+    """Two resnets around an attention block made of Linear layers (no convolutions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resnets = nn.ModuleList([VaeResnet(512, 512), VaeResnet(512, 512)])
+
+    def forward(self, x):
+        return self.resnets[1](self.resnets[0](x))
+
+
+class VaeEncoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_in = nn.Conv2d(3, 128, 3, padding=1)
+        channels = [128, 256, 512, 512]
+        self.down_blocks = nn.ModuleList(
+            VaeDownBlock(channels[max(i - 1, 0)], c, i < 3) for i, c in enumerate(channels))
+        self.mid_block = VaeMidBlock()
+        self.conv_out = nn.Conv2d(512, 8, 3, padding=1)
+
+    def forward(self, x):
+        x = self.conv_in(x)
+        for block in self.down_blocks:
+            x = block(x)
+        return self.conv_out(self.mid_block(x))
+
+
+class VaeDecoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_in = nn.Conv2d(4, 512, 3, padding=1)
+        self.mid_block = VaeMidBlock()
+        channels = [512, 512, 256, 128]
+        self.up_blocks = nn.ModuleList(
+            VaeUpBlock(channels[max(i - 1, 0)], c, i < 3) for i, c in enumerate(channels))
+        self.conv_out = nn.Conv2d(128, 3, 3, padding=1)
+
+    def forward(self, z):
+        x = self.mid_block(self.conv_in(z))
+        for block in self.up_blocks:
+            x = block(x)
+        return self.conv_out(x)
+
+
+class VaeEncode(nn.Module):
+    """AutoencoderKL.encode: the encoder, then quant_conv on the 2 x 4 moments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = VaeEncoder()
+        self.quant_conv = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        return self.quant_conv(self.encoder(x))
+
+
+class VaeDecode(nn.Module):
+    """AutoencoderKL.decode: post_quant_conv, then the decoder."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.post_quant_conv = nn.Conv2d(4, 4, 1)
+        self.decoder = VaeDecoder()
+
+    def forward(self, z):
+        return self.decoder(self.post_quant_conv(z))
+
+
+class RetinaNetHead(nn.Module):
+    """torchvision RetinaNetHead(256, 9 anchors, 91 classes), v1 (no norm: convs with bias), shared over levels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+        def tower():
+            return nn.Sequential(*(nn.Sequential(nn.Conv2d(256, 256, 3, padding=1), nn.ReLU()) for _ in range(4)))
+
+        self.classification_head = nn.Module()
+        self.classification_head.conv = tower()
+        self.classification_head.cls_logits = nn.Conv2d(256, 9 * 91, 3, padding=1)
+        self.regression_head = nn.Module()
+        self.regression_head.conv = tower()
+        self.regression_head.bbox_reg = nn.Conv2d(256, 9 * 4, 3, padding=1)
+
+    def forward(self, features):
+        for f in features:
+            self.classification_head.cls_logits(self.classification_head.conv(f))
+            self.regression_head.bbox_reg(self.regression_head.conv(f))
+
+
+def conv_out(size: int, k: int, s: int, p: int) -> int:
+    return (size + 2 * p - k) // s + 1
+
+
+def fpn_level_sizes(image: int) -> list[int]:
+    """P3..P7 of a ResNet-50 FPN: strides 8..32 from the backbone, P6/P7 by 3x3 stride-2 convs."""
+    c = conv_out(conv_out(image, 7, 2, 3), 3, 2, 1)  # stem conv and maxpool: stride 4
+    sizes = []
+    for _ in range(3):  # layer2..layer4: 3x3 stride 2 pad 1
+        c = conv_out(c, 3, 2, 1)
+        sizes.append(c)
+    for _ in range(2):  # P6, P7
+        sizes.append(conv_out(sizes[-1], 3, 2, 1))
+    return sizes
+
+
+class CNBlock(nn.Module):
+    """torchvision CNBlock with its two Linear layers written as the equivalent 1x1 convs.
+
+    Indices follow torchvision's ``block`` Sequential (0 depthwise conv, 3 and 5
+    the Linear layers); the placeholders stand for the permute/norm/GELU modules.
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Conv2d(dim, dim, 7, padding=3, groups=dim), nn.Identity(), nn.Identity(),
+                                   nn.Conv2d(dim, 4 * dim, 1), nn.Identity(), nn.Conv2d(4 * dim, dim, 1))
+
+    def forward(self, x):
+        return x + self.block(x)
+
+
+class ConvNeXtTiny(nn.Module):
+    """torchvision convnext_tiny: features.0.0 stem, features.{1,3,5,7} stages, features.{2,4,6}.1 downsample."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        dims, depths = [96, 192, 384, 768], [3, 3, 9, 3]
+        stages: list[nn.Module] = [nn.Sequential(nn.Conv2d(3, 96, 4, 4))]
+        for i, (dim, depth) in enumerate(zip(dims, depths)):
+            if i > 0:
+                stages.append(nn.Sequential(nn.Identity(), nn.Conv2d(dims[i - 1], dim, 2, 2)))
+            stages.append(nn.Sequential(*(CNBlock(dim) for _ in range(depth))))
+        self.features = nn.Sequential(*stages)
+
+    def forward(self, x):
+        return self.features(x)
+
+
+def _skeleton(name: str):
+    """(model, example input) of the skeleton of suite ``name``, on the meta device."""
+    with torch.device("meta"):
+        if name == "resnet50":
+            return ResNet50(), torch.empty(1, 3, 224, 224)
+        if name == "sd_vae_encoder":
+            return VaeEncode(), torch.empty(1, 3, 512, 512)
+        if name == "sd_vae_decoder":
+            return VaeDecode(), torch.empty(1, 4, 64, 64)
+        if name == "retinanet_head":
+            return RetinaNetHead(), ([torch.empty(1, 256, s, s) for s in fpn_level_sizes(800)],)
+        if name == "convnext_block":
+            return ConvNeXtTiny(), torch.empty(1, 3, 224, 224)
+    raise KeyError(name)
+
+
+def _geometry(layer_or_problem) -> tuple:
+    p = layer_or_problem if isinstance(layer_or_problem, ConvProblem) else layer_or_problem.problem(1)
+    return (p.in_channels, p.out_channels, p.input_size, p.filter_size, p.stride, p.padding, p.dilation, p.groups,
+            p.bias)
+
+
+# ---- the suites match the models -----------------------------------------------------------------
+
+
+def test_available_suites():
+    assert available_suites() == SUITES
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_suite_loads_and_every_layer_is_a_problem(name):
+    suite = load_suite(name)
+    assert isinstance(suite, Suite)
+    assert suite.name == name and suite.description and suite.default_batch >= 1
+    assert suite.layers and all(isinstance(layer, SuiteLayer) for layer in suite.layers)
+    names = [layer.name for layer in suite.layers]
+    assert len(set(names)) == len(names), "layer names are unique"
+    geometries = [_geometry(layer) for layer in suite.layers]
+    assert len(set(geometries)) == len(geometries), "each distinct layer appears once (with a count)"
+    for layer in suite.layers:
+        for direction in ("fwd", "bwd_data", "bwd_weight"):
+            problem = layer.problem(suite.default_batch, direction=direction)
+            assert problem.batch == suite.default_batch
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_suite_matches_the_captured_skeleton(name):
+    model, example = _skeleton(name)
+    captured = capture_shapes(model, example)
+    expected = collections.Counter()
+    for layer in captured:
+        expected[_geometry(layer.problem)] += layer.count
+    actual = {_geometry(layer): layer.count for layer in load_suite(name).layers}
+    assert actual == dict(expected)
+
+
+# Total convolutions per forward pass, counted by hand from the architectures.
+TOTALS = {
+    # stem + (3 + 4 + 6 + 3) bottlenecks x 3 convs + 4 downsample convs
+    "resnet50": 1 + 16 * 3 + 4,
+    # conv_in; 4 down blocks x 2 resnets x 2 convs; 2 shortcuts (128->256, 256->512); 3 downsamplers;
+    # mid block 2 resnets x 2 convs; conv_out; quant_conv
+    "sd_vae_encoder": 1 + 16 + 2 + 3 + 4 + 1 + 1,
+    # post_quant_conv; conv_in; mid 4; 4 up blocks x 3 resnets x 2 convs; 2 shortcuts (512->256, 256->128);
+    # 3 upsamplers; conv_out
+    "sd_vae_decoder": 1 + 1 + 4 + 24 + 2 + 3 + 1,
+    # 5 levels x (4 + 1 classification convs + 4 + 1 regression convs)
+    "retinanet_head": 5 * 10,
+    # stem + (3 + 3 + 9 + 3) blocks x (depthwise + 2 pointwise) + 3 downsample convs
+    "convnext_block": 1 + 18 * 3 + 3,
+}
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_total_convolution_counts(name):
+    assert load_suite(name).total_count == TOTALS[name]
+
+
+def test_totals_are_the_expected_numbers():
+    assert TOTALS == {"resnet50": 53, "sd_vae_encoder": 28, "sd_vae_decoder": 36, "retinanet_head": 50,
+                      "convnext_block": 58}
+
+
+def _find(suite_name: str, **fields) -> SuiteLayer:
+    hits = [layer for layer in load_suite(suite_name).layers
+            if all(getattr(layer, k) == v for k, v in fields.items())]
+    assert len(hits) == 1, (fields, hits)
+    return hits[0]
+
+
+def test_resnet50_layers():
+    stem = _find("resnet50", in_channels=3)
+    assert (stem.out_channels, stem.input_size, stem.filter_size, stem.stride, stem.padding, stem.bias) == (
+        64, (224, 224), (7, 7), (2, 2), ((3, 3), (3, 3)), False)
+    assert stem.problem(1).output_size == (112, 112)
+    suite = load_suite("resnet50")
+    assert not any(layer.bias for layer in suite.layers)
+    # v1.5: every stride-2 layer after the stem is a 3x3 (conv2) or a 1x1 downsample; they halve 56 -> 28 -> 14 -> 7.
+    strided = [layer for layer in suite.layers[1:] if layer.stride != (1, 1)]
+    assert sorted((layer.filter_size[0], layer.input_size[0], layer.problem(1).output_size[0]) for layer in strided) \
+        == [(1, 14, 7), (1, 28, 14), (1, 56, 28), (3, 14, 7), (3, 28, 14), (3, 56, 28)]
+    # Spatial sizes chain: every non-stem layer reads 56 (after the maxpool) or what a strided layer wrote.
+    produced = {56} | {layer.problem(1).output_size[0] for layer in strided}
+    assert {layer.input_size[0] for layer in suite.layers[1:]} == produced == {56, 28, 14, 7}
+    # Channel counts chain: each stage's 1x1 convs go between width and 4 x width.
+    three_by_three = {layer.in_channels: layer.count for layer in suite.layers if layer.filter_size == (3, 3)
+                      and layer.stride == (1, 1)}
+    assert three_by_three == {64: 3, 128: 3, 256: 5, 512: 2}
+
+
+def test_sd_vae_layers():
+    down = [layer for layer in load_suite("sd_vae_encoder").layers if layer.stride == (2, 2)]
+    assert sorted((layer.in_channels, layer.input_size[0]) for layer in down) == [(128, 512), (256, 256), (512, 128)]
+    for layer in down:
+        assert layer.padding == ((0, 1), (0, 1)) and layer.filter_size == (3, 3)
+        assert layer.problem(1).output_size == tuple(s // 2 for s in layer.input_size)
+    enc = load_suite("sd_vae_encoder")
+    assert _find("sd_vae_encoder", in_channels=512, out_channels=8, filter_size=(3, 3)).input_size == (64, 64)
+    assert _find("sd_vae_encoder", in_channels=8, out_channels=8).filter_size == (1, 1)
+    assert all(layer.bias for layer in enc.layers)
+    dec = load_suite("sd_vae_decoder")
+    assert _find("sd_vae_decoder", in_channels=4, out_channels=4).filter_size == (1, 1)
+    assert _find("sd_vae_decoder", in_channels=4, out_channels=512).input_size == (64, 64)
+    assert _find("sd_vae_decoder", in_channels=128, out_channels=3).input_size == (512, 512)
+    shortcuts = [(layer.in_channels, layer.out_channels, layer.input_size[0]) for layer in dec.layers
+                 if layer.filter_size == (1, 1) and layer.in_channels != 4]
+    assert sorted(shortcuts) == [(256, 128, 512), (512, 256, 256)]
+    assert sum(layer.count for layer in dec.layers if layer.input_size == (512, 512)) == 1 + 6 + 1 + 1
+
+
+def test_retinanet_head_layers():
+    assert fpn_level_sizes(800) == [100, 50, 25, 13, 7]
+    suite = load_suite("retinanet_head")
+    for size in (100, 50, 25, 13, 7):
+        at = {layer.out_channels: layer.count for layer in suite.layers if layer.input_size == (size, size)}
+        assert at == {256: 8, 819: 1, 36: 1}
+    assert all(layer.filter_size == (3, 3) and layer.padding == ((1, 1), (1, 1)) for layer in suite.layers)
+
+
+def test_convnext_layers():
+    suite = load_suite("convnext_block")
+    depthwise = {layer.in_channels: (layer.input_size[0], layer.count) for layer in suite.layers if layer.groups > 1}
+    assert depthwise == {96: (56, 3), 192: (28, 3), 384: (14, 9), 768: (7, 3)}
+    assert all(layer.groups == layer.in_channels and layer.filter_size == (7, 7) for layer in suite.layers
+               if layer.groups > 1)
+    stem = _find("convnext_block", in_channels=3)
+    assert (stem.filter_size, stem.stride, stem.problem(1).output_size) == ((4, 4), (4, 4), (56, 56))
+    downsample = sorted((layer.in_channels, layer.out_channels, layer.input_size[0]) for layer in suite.layers
+                        if layer.filter_size == (2, 2))
+    assert downsample == [(96, 192, 56), (192, 384, 28), (384, 768, 14)]
+    # Real Conv2d modules in torchvision's convnext_tiny (the pointwise layers there are nn.Linear): 22.
+    assert sum(layer.count for layer in suite.layers if layer.filter_size != (1, 1)) == 22
+
+
+# ---- the API -------------------------------------------------------------------------------------
+
+
+def test_suite_problems_defaults_and_options():
+    pairs = suite_problems("resnet50")
+    suite = load_suite("resnet50")
+    assert [name for name, _ in pairs] == [layer.name for layer in suite.layers]
+    first = pairs[0][1]
+    assert (first.batch, first.dtype, first.layout, first.direction, first.arch, first.bias) == (
+        suite.default_batch, "bfloat16", "channels_last", "fwd", "cpu", False)
+    pairs = suite_problems("sd_vae_decoder", batch=3, dtype="float16", layout="channels_first",
+                           direction="bwd_weight", arch="sm_90")
+    p = pairs[0][1]
+    assert (p.batch, p.dtype, p.layout, p.direction, p.arch, p.bias) == (3, "float16", "channels_first",
+                                                                         "bwd_weight", "sm_90", False)
+    assert all(ConvProblem.from_key(p.key) == p for _, p in pairs)
+
+
+def test_unknown_suite_names_the_available_ones():
+    with pytest.raises(ValueError, match="resnet50"):
+        load_suite("no_such_model")
+    with pytest.raises(ValueError, match="unknown suite"):
+        load_suite("../problem")
+
+
+def test_load_suite_from_a_file_and_bad_files(tmp_path):
+    suite = load_suite("retinanet_head")
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(suite.to_json()))
+    assert load_suite(str(path)) == suite
+    raw = suite.to_json()
+    raw["layers"][0]["groups"] = 7  # 256 channels are not divisible by 7
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="layer 0.*groups"):
+        load_suite(str(path))
+    raw = suite.to_json()
+    del raw["layers"][1]["count"]
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="missing fields \\['count'\\]"):
+        load_suite(str(path))
+
+
+def test_layer_from_captured_problem_round_trips():
+    problem = ConvProblem("fwd", 8, 64, 128, (28, 28), (3, 3), (2, 2), ((0, 1), (0, 1)), (1, 1), groups=2,
+                          bias=True, dtype="float16", layout="channels_last")
+    layer = SuiteLayer.from_problem("x", problem, count=3)
+    assert layer.problem(8, dtype="float16") == problem.replace(arch="cpu")
+    assert layer.count == 3
+
+
+def test_problems_from_shape():
+    [(name, p)] = problems_from_shape("n32 c64 k64 i56x56 f3x3 s1 p1 d1 g1")
+    assert (p.batch, p.in_channels, p.out_channels, p.input_size, p.filter_size, p.padding, p.groups) == (
+        32, 64, 64, (56, 56), (3, 3), ((1, 1), (1, 1)), 1)
+    assert (p.dtype, p.layout, p.direction, p.bias) == ("bfloat16", "channels_last", "fwd", False)
+    assert name == p.geometry_key
+    [(_, p)] = problems_from_shape("c3 k8 i17 f4", batch=4, dtype="float32", direction="bwd_data")
+    assert (p.batch, p.ndim, p.filter_size, p.stride, p.padding, p.direction) == (
+        4, 1, (4,), (1,), ((0, 0),), "bwd_data")
+    [(_, p)] = problems_from_shape("c8 k8 i9x10x11 f3 s2x1x1 p0.1x1x2.0 g4 b1")
+    assert (p.stride, p.padding, p.groups, p.bias) == ((2, 1, 1), ((0, 1), (1, 1), (2, 0)), 4, True)
+    key = "bwd_weight n2 c4 k8 g1 i9x9 f3x3 s1x1 p1.1x1.1 d1x1 f16.f16.f16 cl b0 a- sm_90"
+    [(_, p)] = problems_from_shape(key)
+    assert p == ConvProblem.from_key(key)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("c64 k64 i56x56", "lacks f"),
+    ("n32 k64 i56x56 f3x3", "lacks c"),
+    ("c64 k64 i56x56 f3x3 q1", "cannot read 'q1'"),
+    ("c64 k64 i56x56 f3x3 s1 s2", "given twice"),
+    ("c64 k64 i56x56 f3x3x3", "expected 1 or 2 sizes"),
+    ("c64 k64 i56x56 f3x3 g3", "not divisible by groups"),
+    ("c64 k64 i56x56 f3x3 b2", "bias is b0 or b1"),
+])
+def test_problems_from_shape_errors(text, message):
+    with pytest.raises(ValueError, match=message):
+        problems_from_shape(text)

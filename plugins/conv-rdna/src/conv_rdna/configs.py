@@ -1,0 +1,254 @@
+"""Kernel configurations as data: ``data/configs.json`` read, checked and queried.
+
+The table is the single source of truth for tile sizes, warps, pipeline stages and the split rule
+of the weight gradient, per architecture and kernel family. Nothing is autotuned at run time:
+:func:`select` picks a configuration from the problem alone, the same one every time.
+
+Layout of the JSON (see the file's ``_doc``)::
+
+    archs.<arch>.same_as            use another architecture's entry (written once, e.g. gfx1151 -> gfx1100)
+    archs.<arch>.measured           false until the configurations were timed on that architecture
+    archs.<arch>.families.<family>  buckets, first match wins; the last bucket has no condition
+    archs.<arch>.layers.<family>    exact problems (problem key without the arch) -> configuration
+    archs.<arch>.split              the weight gradient's split rule
+    archs.<arch>.efficiency         fractions of the roofline rates, for the estimates
+
+A bucket's ``when`` may bound the family's GEMM view of the problem (:func:`gemm_view`):
+``max_m``, ``max_n``, ``max_red`` (inclusive upper bounds) and ``dtypes`` (input dtypes it applies to).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+from conv_core.arch import spec
+from conv_core.problem import ConvProblem, element_size
+
+#: Kernel families that take tile configurations from the table.
+FAMILIES = ("implicit_gemm", "gemm1x1", "bwd_data", "bwd_weight")
+
+#: Conditions a bucket may have.
+CONDITIONS = ("max_m", "max_n", "max_red", "dtypes")
+
+#: Input dtypes the kernels take (the shared-memory check covers every one a bucket may see).
+DTYPES = ("float16", "bfloat16", "float32")
+
+#: Table used when the kernels run under Triton's CPU interpreter.
+INTERPRETER = "interpreter"
+#: Table used for a GPU architecture without an entry of its own.
+DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One configuration of a tiled kernel."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> TileConfig:
+        expected = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"}
+        if set(raw) != expected:
+            raise ValueError(f"configuration {raw} must have exactly the keys {sorted(expected)}")
+        config = cls(raw["BLOCK_M"], raw["BLOCK_N"], raw["BLOCK_K"], raw["GROUP_M"], raw["num_warps"],
+                     raw["num_stages"])
+        for name in ("block_m", "block_n", "block_k", "num_warps"):
+            value = getattr(config, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"configuration {raw}: {name}={value} must be a power of two")
+        if min(config.block_m, config.block_n, config.block_k) < 16:
+            raise ValueError(f"configuration {raw}: tiles must be at least 16 (the matrix instructions' size)")
+        if config.group_m < 1 or config.num_stages < 1:
+            raise ValueError(f"configuration {raw}: GROUP_M and num_stages must be >= 1")
+        return config
+
+    @property
+    def name(self) -> str:
+        """Stable short name, part of the kernel id: ``m128n64k32g8w4s2``."""
+        return (f"m{self.block_m}n{self.block_n}k{self.block_k}g{self.group_m}"
+                f"w{self.num_warps}s{self.num_stages}")
+
+    def shared_bytes(self, dtype: str) -> int:
+        """Upper bound of the shared memory (LDS) the kernel needs with inputs of ``dtype``.
+
+        Operand tiles ``BLOCK_M x BLOCK_K`` and ``BLOCK_K x BLOCK_N`` per pipeline stage, or the float32
+        accumulator tile when the epilogue passes it through shared memory for a layout change.
+        The compile test checks this bound against what the compiler reports.
+        """
+        operands = (self.block_m + self.block_n) * self.block_k * element_size(dtype) * max(self.num_stages, 1)
+        return max(operands, self.block_m * self.block_n * 4)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    when: dict
+    config: TileConfig
+
+    def matches(self, view: dict[str, int], dtype: str) -> bool:
+        w = self.when
+        return ((w.get("max_m") is None or view["m"] <= w["max_m"])
+                and (w.get("max_n") is None or view["n"] <= w["max_n"])
+                and (w.get("max_red") is None or view["red"] <= w["max_red"])
+                and (w.get("dtypes") is None or dtype in w["dtypes"]))
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """How many ranges the weight gradient's reduction is split into (see :func:`split_count`)."""
+
+    target_programs: int
+    max_split: int
+    min_blocks_per_split: int
+
+
+@dataclass(frozen=True)
+class ArchTable:
+    """The configurations of one architecture (``same_as`` resolved)."""
+
+    name: str
+    source: str
+    measured: bool
+    families: dict[str, tuple[Bucket, ...]]
+    layers: dict[str, dict[str, TileConfig]]
+    split: SplitRule
+    reduce_block: int
+    reduce_warps: int
+    #: candidate kernel -> {"compute": fraction, "memory": fraction}; "channels_first_factor" -> float
+    efficiency: dict
+
+    def configs(self, family: str) -> tuple[TileConfig, ...]:
+        """Every configuration the table can give ``family``, each once, in table order."""
+        found = [b.config for b in self.families[family]] + list(self.layers.get(family, {}).values())
+        return tuple(dict.fromkeys(found))
+
+
+# ---- reading --------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _raw() -> dict:
+    return json.loads(resources.files("conv_rdna").joinpath("data/configs.json").read_text())
+
+
+def table_names() -> tuple[str, ...]:
+    """Every table in the file: the architectures plus ``interpreter`` and ``default``."""
+    return tuple(_raw()["archs"])
+
+
+@functools.cache
+def table(name: str) -> ArchTable:
+    """The table called ``name`` (an architecture, ``interpreter`` or ``default``), checked."""
+    archs = _raw()["archs"]
+    entry, source = dict(archs[name]), name
+    while "same_as" in entry:  # the base entry, overridden by the keys the derived entry gives
+        source = entry.pop("same_as")
+        entry = {**archs[source], **entry}
+    families = {}
+    for family in FAMILIES:
+        buckets = []
+        for raw in entry["families"][family]:
+            unknown = set(raw.get("when", {})) - set(CONDITIONS)
+            if unknown:
+                raise ValueError(f"configs.json {source}.{family}: unknown conditions {sorted(unknown)}")
+            buckets.append(Bucket(raw.get("when", {}), TileConfig.from_dict(raw["config"])))
+        if not buckets or buckets[-1].when:
+            raise ValueError(f"configs.json {source}.{family}: the last bucket must have no condition")
+        families[family] = tuple(buckets)
+    layers = {family: {key: TileConfig.from_dict(c) for key, c in entries.items()}
+              for family, entries in entry.get("layers", {}).items()}
+    split = SplitRule(**entry["split"])
+    reduce = entry["reduce"]
+    return ArchTable(name, source, bool(entry["measured"]), families, layers, split, reduce["BLOCK"],
+                     reduce["num_warps"], entry["efficiency"])
+
+
+def table_for(arch: str, interpreted: bool) -> ArchTable:
+    """The table for a device: the interpreter's, the architecture's own, or the default one."""
+    if interpreted:
+        return table(INTERPRETER)
+    return table(arch if arch in _raw()["archs"] else DEFAULT)
+
+
+def shared_memory_limit(name: str) -> int | None:
+    """The shared-memory limit a table must respect: its architecture's (None for the interpreter).
+
+    The ``default`` table must fit the smallest limit of any GPU architecture conv-core knows.
+    """
+    from conv_core.arch import known_architectures
+
+    if name == INTERPRETER:
+        return None
+    if name == DEFAULT:
+        return min(spec(a).shared_memory_bytes for a in known_architectures() if spec(a).shared_memory_bytes)
+    return spec(name).shared_memory_bytes
+
+
+# ---- choosing -------------------------------------------------------------------------------------
+
+
+def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
+    """The sizes a family's buckets are chosen on, per group.
+
+    ``m`` and ``n``: the rows and columns of the output tile grid; ``red``: the length of the
+    reduction a tile walks *per tap* (channels; pixels for the weight gradient).
+    """
+    g = problem.groups
+    cin, cout = problem.in_channels // g, problem.out_channels // g
+    pixels_in = problem.batch * math.prod(problem.input_size)
+    pixels_out = problem.batch * math.prod(problem.output_size)
+    if family == "implicit_gemm":
+        return {"m": pixels_out, "n": cout, "red": cin}
+    if family == "gemm1x1":
+        if problem.direction == "fwd":
+            return {"m": pixels_out, "n": cout, "red": cin}
+        return {"m": pixels_in, "n": cin, "red": cout}
+    if family == "bwd_data":
+        return {"m": pixels_in // math.prod(problem.stride), "n": cin, "red": cout}
+    if family == "bwd_weight":
+        return {"m": cout, "n": cin, "red": pixels_out}
+    raise ValueError(f"unknown kernel family {family!r}")
+
+
+def layer_key(problem: ConvProblem) -> str:
+    """Key of the exact-layer tables: the problem key without the architecture."""
+    return problem.key.rsplit(" ", 1)[0]
+
+
+def select(tab: ArchTable, family: str, problem: ConvProblem) -> TileConfig:
+    """The configuration for ``problem``: its exact-layer entry, else the first matching bucket."""
+    exact = tab.layers.get(family, {}).get(layer_key(problem))
+    if exact is not None:
+        return exact
+    view = gemm_view(problem, family)
+    for bucket in tab.families[family]:
+        if bucket.matches(view, problem.dtype):
+            return bucket.config
+    raise AssertionError("unreachable: the last bucket matches everything")
+
+
+def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_elements: int) -> int:
+    """Number of reduction ranges for the weight gradient of ``problem``.
+
+    Enough programs to reach the table's ``target_programs`` (tiles x splits), but at least
+    ``min_blocks_per_split`` ``BLOCK_K`` steps per split, at most ``max_split``, and a workspace of
+    ``splits x weight elements`` that float32 int32 indexing can address (``int32_elements``).
+    """
+    rule = tab.split
+    g = problem.groups
+    cin, cout = problem.in_channels // g, problem.out_channels // g
+    tiles = (math.ceil(cout / config.block_m) * math.ceil(cin / config.block_n)
+             * math.prod(problem.filter_size) * g)
+    blocks = math.ceil(problem.batch * math.prod(problem.output_size) / config.block_k)
+    split = math.ceil(rule.target_programs / tiles)
+    split = min(split, rule.max_split, blocks // rule.min_blocks_per_split,
+                int32_elements // math.prod(problem.weight_shape), 65535)
+    return max(split, 1)

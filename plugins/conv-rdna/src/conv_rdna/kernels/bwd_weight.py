@@ -1,0 +1,98 @@
+"""Weight gradient ``dw = conv_backward_weight(x, dy)`` with a split reduction.
+
+Within group ``g`` and for one tap ``(r, s)`` the weight gradient is the GEMM
+
+``dw[k, c, r, s] = sum_{(n, p, q)} dy[n, g*K_G + k, p, q] * x[n, g*C_G + c, p*stride - pad + r*dil, ...]``
+
+``M`` = output channels, ``N`` = input channels, ``K`` = every output pixel of the batch: short and
+wide GEMMs whose reduction is long. To fill the GPU the reduction is split into ``SPLITS`` contiguous
+ranges of ``PIX_PER_SPLIT`` pixels (a multiple of ``BLOCK_K``), one per ``program_id(2)``:
+
+- deterministic: :func:`conv_bwd_weight_partial` stores each split's float32 partial tile into its own
+  slice of a workspace, and :func:`reduce_splits` sums the slices in split order and casts: the same
+  bits on every run. With one split the partial kernel writes the result directly (no workspace).
+- atomics (``ATOMIC``): every split adds its tile into one float32 buffer with ``tl.atomic_add``;
+  faster to finish, but the order of the additions, and so the last bits, vary between runs.
+
+Tiling of the partial kernel: one program per ``[BLOCK_M output channels, BLOCK_N input channels]``
+tile of one tap; ``program_id(0)`` enumerates ``(tap, input-channel tile, output-channel tile)``
+(output-channel tiles fastest, so neighbouring programs gather the same input tile), ``program_id(1)``
+the group. Each ``BLOCK_K`` step decodes its pixels ``(n, p, q)`` and gathers ``dy[BLOCK_M, BLOCK_K]``
+and ``x[BLOCK_K, BLOCK_N]`` (zero in the padding).
+"""
+
+import triton
+import triton.language as tl
+
+from .common import cast_for_store, mma
+
+
+@triton.jit
+def conv_bwd_weight_partial(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, C_G, H, W, K_G, P, Q, R, S,
+    STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, PIX_PER_SPLIT,
+    sxn, sxc, sxh, sxw, sdyn, sdyc, sdyh, sdyw,
+    so_split, so_k, so_c, so_r, so_s,
+    ATOMIC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    g = tl.program_id(1)
+    split = tl.program_id(2)
+    m_tiles = tl.cdiv(K_G, BLOCK_M)
+    n_tiles = tl.cdiv(C_G, BLOCK_N)
+    pid_m = tl.program_id(0) % m_tiles
+    pid_n = (tl.program_id(0) // m_tiles) % n_tiles
+    tap = tl.program_id(0) // (m_tiles * n_tiles)
+    r = tap // S
+    s = tap % S
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output channels of the group
+    m_ok = offs_m < K_G
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # input channels of the group
+    n_ok = offs_n < C_G
+    offs_k = tl.arange(0, BLOCK_K)
+
+    dy_rows = dy_ptr + (g * K_G + offs_m) * sdyc  # [BLOCK_M]
+    x_cols = x_ptr + (g * C_G + offs_n) * sxc  # [BLOCK_N]
+
+    pix_end = tl.minimum((split + 1) * PIX_PER_SPLIT, BATCH * P * Q)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for j0 in range(split * PIX_PER_SPLIT, pix_end, BLOCK_K):
+        j = j0 + offs_k  # output pixels (n, p, q) of this step
+        j_ok = j < pix_end
+        q = j % Q
+        p = (j // Q) % P
+        n = j // (Q * P)
+        h = p * STRIDE_H - PAD_H + r * DIL_H
+        w = q * STRIDE_W - PAD_W + s * DIL_W
+        x_ok = j_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+        a = tl.load(dy_rows[:, None] + (n * sdyn + p * sdyh + q * sdyw)[None, :],
+                    mask=m_ok[:, None] & j_ok[None, :], other=0.0)
+        b = tl.load(x_cols[None, :] + (n * sxn + h * sxh + w * sxw)[:, None],
+                    mask=x_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = mma(a, b, acc, INTERPRET)
+
+    out = (out_ptr + split * so_split + r * so_r + s * so_s
+           + ((g * K_G + offs_m) * so_k)[:, None] + (offs_n * so_c)[None, :])
+    mask = m_ok[:, None] & n_ok[None, :]
+    if ATOMIC:
+        tl.atomic_add(out, acc, mask=mask)
+    else:
+        tl.store(out, cast_for_store(acc, out_ptr, INTERPRET), mask=mask)
+
+
+@triton.jit
+def reduce_splits(ws_ptr, out_ptr, NUMEL, SPLITS, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+    """``out[e] = sum_{s < SPLITS} ws[s*NUMEL + e]`` in split order, cast to ``out``'s dtype.
+
+    ``ws`` holds ``SPLITS`` float32 copies of the result laid out like ``out`` (dense), so the
+    reduction is flat; with ``SPLITS = 1`` it is the cast of the atomics variant's float32 buffer.
+    """
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < NUMEL
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for split in range(0, SPLITS):
+        acc += tl.load(ws_ptr + split * NUMEL + offs, mask=ok, other=0.0)
+    tl.store(out_ptr + offs, cast_for_store(acc, out_ptr, INTERPRET), mask=ok)

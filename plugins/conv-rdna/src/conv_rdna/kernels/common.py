@@ -1,0 +1,60 @@
+"""Helpers shared by the kernels: matrix multiply-accumulate, fused activation, cast for the store.
+
+``INTERPRET`` is a constexpr the host sets when the kernels run under Triton's CPU interpreter
+(``TRITON_INTERPRET=1``). The interpreter has two bfloat16 bugs (see the plugin README): ``tl.dot``
+multiplies bf16 operands as integers, and float32 -> bf16 casts truncate instead of rounding to
+nearest even. With ``INTERPRET`` set, :func:`mma` upcasts operands to float32 (exact for fp16 and bf16:
+products of two 11-bit or 8-bit significands fit in float32) and :func:`cast_for_store` rounds to
+bf16 explicitly. Compiled kernels never take those branches.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mma(a, b, acc, INTERPRET: tl.constexpr):
+    """``acc + a @ b`` with float32 accumulation; float32 operands stay exact ("ieee", never tf32)."""
+    if INTERPRET:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, acc, input_precision="ieee")
+
+
+@triton.jit
+def activation(x, ACTIVATION: tl.constexpr):
+    """The activations of ``conv_core.activations``, in float32 (``""``: identity)."""
+    if ACTIVATION == "relu":
+        x = tl.maximum(x, 0.0)
+    elif ACTIVATION == "relu6":
+        x = tl.minimum(tl.maximum(x, 0.0), 6.0)
+    elif ACTIVATION == "gelu":  # exact: x * Phi(x)
+        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif ACTIVATION == "gelu_tanh":  # tanh(u) = 1 - 2 / (exp(2u) + 1): finite for every u
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        x = 0.5 * x * (2.0 - 2.0 / (tl.exp(2.0 * u) + 1.0))
+    elif ACTIVATION == "silu":
+        x = x * tl.sigmoid(x)
+    return x
+
+
+@triton.jit
+def cast_for_store(x, ptr, INTERPRET: tl.constexpr):
+    """``x`` (float32) converted to the element type of ``ptr``, rounding to nearest even."""
+    if INTERPRET:
+        if ptr.dtype.element_ty == tl.bfloat16:  # the interpreter truncates: round the float32 bits first
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(ptr.dtype.element_ty)
+
+
+@triton.jit
+def swizzle(pid, num_m, num_n, GROUP_M: tl.constexpr):
+    """Tile coordinates of program ``pid``, visiting ``GROUP_M`` row tiles per column sweep (L2 reuse)."""
+    width = GROUP_M * num_n
+    first_m = (pid // width) * GROUP_M
+    rows = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+    return pid_m, pid_n

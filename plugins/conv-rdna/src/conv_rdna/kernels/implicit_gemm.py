@@ -1,0 +1,79 @@
+"""Forward convolution as an implicit GEMM, with the bias / activation / cast epilogue fused.
+
+Within one group ``g`` the convolution is the GEMM ``Y[M, N] = A[M, K] @ B[K, N]`` with
+
+- ``M`` = output pixels ``(n, p, q)`` of the whole batch,
+- ``N`` = output channels of the group,
+- ``K`` = taps ``(r, s)`` x input channels of the group,
+
+where ``A[(n, p, q), (r, s, c)] = x[n, g*C_G + c, p*stride - pad + r*dilation, ...]`` is never built:
+each ``[BLOCK_M, BLOCK_K]`` tile is gathered straight from the input, zero where the tap falls in the
+padding. ``B[(r, s, c), k] = w[g*K_G + k, c, r, s]``.
+
+Tiling: one program computes a ``[BLOCK_M, BLOCK_N]`` output tile (tiles ordered by ``GROUP_M`` row
+sweeps); ``program_id(1)`` is the group. The reduction is one flat loop over ``taps x channel blocks``
+(tap outer, ``BLOCK_K`` input channels inner), so the pixel coordinates of a tap are computed once per
+``BLOCK_K`` channels and the loop is a single software-pipelined loop even when a group has only a
+few channels. Every tensor is addressed through its strides: NCHW and NHWC are read and written in
+place. 1D convolutions run as ``H = 1``.
+"""
+
+import triton
+import triton.language as tl
+
+from .common import activation, cast_for_store, mma, swizzle
+
+
+@triton.jit
+def conv_fwd_implicit_gemm(
+    x_ptr, w_ptr, bias_ptr, y_ptr,
+    BATCH, C_G, H, W, K_G, P, Q, R, S,
+    STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
+    sxn, sxc, sxh, sxw, swk, swc, swr, sws, syn, syc, syh, syw,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    g = tl.program_id(1)
+    M = BATCH * P * Q
+    pid_m, pid_n = swizzle(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K_G, BLOCK_N), GROUP_M)
+
+    # Rows of the tile: output pixels (n, p, q) and the top-left input pixel of their window.
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < M
+    q = offs_m % Q
+    p = (offs_m // Q) % P
+    n = offs_m // (Q * P)
+    h0 = p * STRIDE_H - PAD_H
+    w0 = q * STRIDE_W - PAD_W
+    # Columns: output channels of the group.
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < K_G
+    offs_c = tl.arange(0, BLOCK_K)
+
+    x_rows = x_ptr + g * C_G * sxc + n * sxn  # [BLOCK_M] start of each pixel's image
+    w_cols = w_ptr + (g * K_G + offs_n) * swk  # [BLOCK_N] start of each output channel's filter
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    c_blocks = tl.cdiv(C_G, BLOCK_K)
+    for i in range(0, R * S * c_blocks):
+        tap = i // c_blocks
+        c = (i % c_blocks) * BLOCK_K + offs_c
+        c_ok = c < C_G
+        r = tap // S
+        s = tap % S
+        h = h0 + r * DIL_H
+        w = w0 + s * DIL_W
+        pix_ok = m_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+        a = tl.load(x_rows[:, None] + (h * sxh + w * sxw)[:, None] + c[None, :] * sxc,
+                    mask=pix_ok[:, None] & c_ok[None, :], other=0.0)
+        b = tl.load(w_cols[None, :] + (c * swc)[:, None] + (r * swr + s * sws),
+                    mask=c_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = mma(a, b, acc, INTERPRET)
+
+    # Epilogue in float32: bias, activation, one rounding to the output dtype.
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + g * K_G + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    acc = activation(acc, ACTIVATION)
+    y = y_ptr + (n * syn + p * syh + q * syw)[:, None] + ((g * K_G + offs_n) * syc)[None, :]
+    tl.store(y, cast_for_store(acc, y_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])

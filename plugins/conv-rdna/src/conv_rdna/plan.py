@@ -1,0 +1,303 @@
+"""What the kernels are launched with: the one place that turns a problem into kernel arguments.
+
+:func:`make_plan` maps ``(problem, family, configuration)`` to a :class:`Plan`: the launches (kernel,
+grid, scalar arguments, constexprs, warps, stages), which tensor each pointer argument is, and the
+float32 workspace. It needs no tensors: strides are those of dense tensors in ``problem.layout``,
+which is what ``Candidate.run`` receives (:mod:`conv_rdna.launch` checks it). The same plan drives the
+launch and the ahead-of-time compile checks (:func:`aot_specialization`, used by :mod:`conv_rdna.aot`),
+so the compile test compiles exactly what ships.
+
+1D problems run as 2D with ``H = 1`` (height strides 0). Tensor offsets are 32-bit: problems whose
+tensors reach 2**31 elements are declined (:func:`int32_issue`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from conv_core.problem import ConvProblem, layout_order
+
+from .configs import ArchTable, TileConfig, split_count
+from .kernels.bwd_data import conv_bwd_data_phased
+from .kernels.bwd_weight import conv_bwd_weight_partial, reduce_splits
+from .kernels.gemm1x1 import conv_gemm1x1
+from .kernels.implicit_gemm import conv_fwd_implicit_gemm
+
+#: Largest element count (and so offset) of any tensor a kernel indexes with 32-bit arithmetic.
+INT32_ELEMENTS = 2**31 - 1
+#: Largest grid size along axes 1 and 2.
+GRID_YZ_LIMIT = 65535
+
+#: Candidate kernels (the ``kernel`` part of the id) -> the configuration family they take.
+KERNELS = {
+    "implicit_gemm": "implicit_gemm",
+    "gemm1x1": "gemm1x1",
+    "bwd_data_phased": "bwd_data",
+    "bwd_weight_split": "bwd_weight",
+    "bwd_weight_atomic": "bwd_weight",
+}
+
+#: Triton's names of the pointer element types.
+TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def interpreting() -> bool:
+    """Whether Triton kernels run under the CPU interpreter in this process."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch. ``pointers`` maps pointer parameters to roles, bound at run time:
+    ``a``, ``b`` (the operands), ``bias``, ``out`` (the result), ``workspace`` (float32 scratch)."""
+
+    kernel: object
+    grid: tuple[int, ...]
+    pointers: tuple[tuple[str, str], ...]
+    scalars: tuple[tuple[str, int], ...]
+    constexprs: tuple[tuple[str, object], ...]
+    num_warps: int
+    num_stages: int
+
+    @property
+    def name(self) -> str:
+        return self.kernel.__name__
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything one candidate's ``run`` does, decided from the problem alone."""
+
+    kernel: str
+    config: TileConfig
+    split: int
+    launches: tuple[Launch, ...]
+    #: float32 elements of scratch memory (0: none).
+    workspace_elements: int = 0
+    #: the workspace (or the result, when it is the float32 accumulator) must be zeroed first.
+    zero: str | None = None
+
+    @property
+    def config_name(self) -> str:
+        return self.config.name + (f"x{self.split}" if self.kernel.startswith("bwd_weight") else "")
+
+    @property
+    def workspace_bytes(self) -> int:
+        return 4 * self.workspace_elements
+
+
+# ---- geometry --------------------------------------------------------------------------------------
+
+
+def dense_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """Strides of a dense tensor of ``shape`` in ``layout``."""
+    strides, step = [0] * len(shape), 1
+    for dim in reversed(layout_order(len(shape), layout)):
+        strides[dim] = step
+        step *= shape[dim]
+    return tuple(strides)
+
+
+def strides_nchw(shape: tuple[int, ...], layout: str) -> tuple[int, int, int, int]:
+    """(batch, channel, height, width) strides of a dense 3D or 4D tensor; 1D has height stride 0."""
+    s = dense_strides(shape, layout)
+    return s if len(s) == 4 else (s[0], s[1], 0, s[2])
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The problem as a 2D convolution, per group."""
+
+    batch: int
+    groups: int
+    cin: int
+    cout: int
+    h: int
+    w: int
+    p: int
+    q: int
+    r: int
+    s: int
+    stride: tuple[int, int]
+    pad: tuple[int, int]
+    dil: tuple[int, int]
+
+    @classmethod
+    def of(cls, problem: ConvProblem) -> Geometry:
+        def two(values):  # 1D: a height of 1 with unit stride/dilation and no padding
+            return tuple(values) if len(values) == 2 else (1, *values)
+
+        pads = [lo for lo, _ in problem.padding]
+        g = problem.groups
+        return cls(problem.batch, g, problem.in_channels // g, problem.out_channels // g,
+                   *two(problem.input_size), *two(problem.output_size), *two(problem.filter_size),
+                   two(problem.stride), tuple(pads) if len(pads) == 2 else (0, pads[0]), two(problem.dilation))
+
+
+def int32_issue(problem: ConvProblem) -> str | None:
+    """Why 32-bit offsets cannot address the problem's tensors, or None."""
+    for what, shape in (("input", problem.input_shape), ("weight", problem.weight_shape),
+                        ("output", problem.output_shape)):
+        if math.prod(shape) > INT32_ELEMENTS:
+            return (f"the {what} has {math.prod(shape)} elements; the kernels use 32-bit offsets "
+                    f"(at most {INT32_ELEMENTS} elements per tensor)")
+    return None
+
+
+def grid_issue(problem: ConvProblem) -> str | None:
+    """Why the grid would be too large along axis 1 (groups x stride phases), or None."""
+    phases = math.prod(problem.stride) if problem.direction == "bwd_data" else 1
+    if problem.groups * phases > GRID_YZ_LIMIT:
+        return f"groups x stride phases = {problem.groups * phases} exceeds the grid limit {GRID_YZ_LIMIT}"
+    return None
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ---- plans -------------------------------------------------------------------------------------------
+
+
+def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    """The launches of candidate kernel ``kernel`` (a key of :data:`KERNELS`) with ``config``."""
+    builder = {"implicit_gemm": _implicit_gemm, "gemm1x1": _gemm1x1, "bwd_data_phased": _bwd_data,
+               "bwd_weight_split": _bwd_weight, "bwd_weight_atomic": _bwd_weight}[kernel]
+    return builder(problem, kernel, config, tab)
+
+
+def _tiles(config: TileConfig) -> dict:
+    return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, INTERPRET=interpreting())
+
+
+def _launch(kernel, grid, pointers, scalars, constexprs, config: TileConfig) -> Launch:
+    return Launch(kernel, tuple(grid), tuple(pointers.items()), tuple(scalars.items()), tuple(constexprs.items()),
+                  config.num_warps, config.num_stages)
+
+
+def _conv_scalars(g: Geometry) -> dict:
+    return dict(BATCH=g.batch, C_G=g.cin, H=g.h, W=g.w, K_G=g.cout, P=g.p, Q=g.q, R=g.r, S=g.s,
+                STRIDE_H=g.stride[0], STRIDE_W=g.stride[1], PAD_H=g.pad[0], PAD_W=g.pad[1],
+                DIL_H=g.dil[0], DIL_W=g.dil[1])
+
+
+def _named(prefix: str, strides) -> dict:
+    return {f"{prefix}{axis}": v for axis, v in zip("nchw", strides)}
+
+
+def _epilogue(problem: ConvProblem) -> dict:
+    return dict(HAS_BIAS=problem.bias, ACTIVATION=problem.activation or "")
+
+
+def _implicit_gemm(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    sx, sy = strides_nchw(problem.input_shape, problem.layout), strides_nchw(problem.output_shape, problem.layout)
+    sw = strides_nchw(problem.weight_shape, problem.layout)
+    scalars = {**_conv_scalars(g), **_named("sx", sx), **dict(zip(("swk", "swc", "swr", "sws"), sw)),
+               **_named("sy", sy)}
+    grid = (_cdiv(g.batch * g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
+    pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
+    constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
+    return Plan(kernel, config, 1, (_launch(conv_fwd_implicit_gemm, grid, pointers, scalars, constexprs, config),))
+
+
+def _gemm1x1(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    sa_shape, out_shape = problem.operand_shapes[0], problem.result_shape
+    sa, sy = strides_nchw(sa_shape, problem.layout), strides_nchw(out_shape, problem.layout)
+    swk, swc, _, _ = strides_nchw(problem.weight_shape, problem.layout)
+    assert sa[2] in (0, g.w * sa[3]) and sy[2] in (0, g.w * sy[3]), "dense tensors merge H and W"
+    forward = problem.direction == "fwd"
+    c_red, c_out = (g.cin, g.cout) if forward else (g.cout, g.cin)
+    sw_red, sw_out = (swc, swk) if forward else (swk, swc)
+    scalars = dict(BATCH=g.batch, HW=g.h * g.w, C_RED=c_red, C_OUT=c_out, san=sa[0], sac=sa[1], sap=sa[3],
+                   sw_red=sw_red, sw_out=sw_out, sw_group=g.cout * swk, syn=sy[0], syc=sy[1], syp=sy[3])
+    grid = (_cdiv(g.batch * g.h * g.w, config.block_m) * _cdiv(c_out, config.block_n), g.groups)
+    pointers = dict(a_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
+    constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
+    return Plan(kernel, config, 1, (_launch(conv_gemm1x1, grid, pointers, scalars, constexprs, config),))
+
+
+def _bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    sdy = strides_nchw(problem.output_shape, problem.layout)
+    sw = strides_nchw(problem.weight_shape, problem.layout)
+    sdx = strides_nchw(problem.input_shape, problem.layout)
+    (sh, sw_), (dh, dw) = g.stride, g.dil
+    h_ph, w_ph = _cdiv(g.h, sh), _cdiv(g.w, sw_)
+    scalars = {**_conv_scalars(g), "STEP_R": sh // math.gcd(sh, dh), "STEP_S": sw_ // math.gcd(sw_, dw),
+               "H_PH": h_ph, "W_PH": w_ph, **_named("sdy", sdy), **dict(zip(("swk", "swc", "swr", "sws"), sw)),
+               **_named("sdx", sdx)}
+    grid = (_cdiv(g.batch * h_ph * w_ph, config.block_m) * _cdiv(g.cin, config.block_n), g.groups * sh * sw_)
+    pointers = dict(dy_ptr="a", w_ptr="b", dx_ptr="out")
+    constexprs = {**_tiles(config), "GROUP_M": config.group_m}
+    return Plan(kernel, config, 1, (_launch(conv_bwd_data_phased, grid, pointers, scalars, constexprs, config),))
+
+
+def _bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    atomic = kernel == "bwd_weight_atomic"
+    numel = math.prod(problem.weight_shape)
+    pixels = g.batch * g.p * g.q
+    split = split_count(tab, problem, config, INT32_ELEMENTS)
+    per_split = _cdiv(_cdiv(pixels, config.block_k), split) * config.block_k
+    split = _cdiv(pixels, per_split)  # no empty ranges
+
+    # Where the partial kernel writes, and what follows it.
+    float32_result = problem.result_dtype == "float32"
+    if atomic:
+        target, workspace, zero = ("out", 0, "out") if float32_result else ("workspace", numel, "workspace")
+    else:
+        target, workspace, zero = ("out", 0, None) if split == 1 else ("workspace", split * numel, None)
+    so = strides_nchw(problem.weight_shape, problem.layout)
+    scalars = {**_conv_scalars(g), "PIX_PER_SPLIT": per_split, **_named("sx", strides_nchw(problem.input_shape,
+               problem.layout)), **_named("sdy", strides_nchw(problem.output_shape, problem.layout)),
+               "so_split": numel if (target == "workspace" and not atomic) else 0,
+               **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
+    grid = (_cdiv(g.cout, config.block_m) * _cdiv(g.cin, config.block_n) * g.r * g.s, g.groups, split)
+    constexprs = {"ATOMIC": atomic, **_tiles(config)}
+    launches = [_launch(conv_bwd_weight_partial, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars,
+                        constexprs, config)]
+    if target == "workspace":  # sum the partials in split order (atomics: one buffer), cast to the result
+        splits = 1 if atomic else split
+        launches.append(Launch(reduce_splits, (_cdiv(numel, tab.reduce_block),),
+                               (("ws_ptr", "workspace"), ("out_ptr", "out")),
+                               (("NUMEL", numel), ("SPLITS", splits)),
+                               (("BLOCK", tab.reduce_block), ("INTERPRET", interpreting())),
+                               tab.reduce_warps, 1))
+    return Plan(kernel, config, split, tuple(launches), workspace, zero)
+
+
+# ---- ahead-of-time compilation ------------------------------------------------------------------------
+
+
+def role_dtypes(problem: ConvProblem) -> dict[str, str]:
+    """Element dtype of each pointer role."""
+    a, b = problem.operand_dtypes
+    return {"a": a, "b": b, "bias": problem.out_dtype, "out": problem.result_dtype, "workspace": "float32"}
+
+
+def aot_specialization(launch: Launch, dtypes: dict[str, str]) -> tuple[dict, dict, dict]:
+    """``(signature, constexprs, attrs)`` for ``triton.compile(ASTSource(...))``, as Triton's JIT would
+    specialize this launch: integer arguments equal to 1 become constexprs, integers and (16-byte
+    aligned, as torch allocates) pointers divisible by 16 get the divisibility attribute."""
+    pointers, scalars, constexprs = dict(launch.pointers), dict(launch.scalars), dict(launch.constexprs)
+    signature, consts, attrs = {}, {}, {}
+    divisible = [["tt.divisibility", 16]]
+    for index, name in enumerate(launch.kernel.arg_names):
+        if name in pointers:
+            signature[name] = "*" + TRITON_DTYPE[dtypes[pointers[name]]]
+            attrs[(index,)] = divisible
+        elif name in scalars:
+            value = scalars[name]
+            if value == 1:
+                signature[name], consts[name] = "constexpr", 1
+                continue
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            if value % 16 == 0:
+                attrs[(index,)] = divisible
+        else:
+            signature[name], consts[name] = "constexpr", constexprs[name]
+    return signature, consts, attrs
