@@ -7,11 +7,16 @@ running environment (tox's ``integration`` env does it; by hand, see
 ``integration_tests/README.md``). A missing one is a setup error that stops
 the session with its name and the command to fix it, never a skip: a skipped
 isolation test would look like a passing one.
+
+The tests describe conv-core's behaviour with no ``CONV_CORE_*`` variable set,
+so those of the calling shell are removed for the session (tests that need one
+set it themselves), and the tuning database never is the developer's own.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -49,6 +54,17 @@ def pytest_configure(config: pytest.Config) -> None:
             f"integration tests need these packages installed: {', '.join(missing)}. "
             f"From the repository root run: python -m pip install {paths}"
         )
+    # ConformanceSuite asks the backend for its candidates while tests are being
+    # collected, before any fixture runs: scrub the caller's settings here already.
+    clean_environment(os.environ.__setitem__, os.environ.__delitem__,
+                      Path(tempfile.gettempdir()) / f"conv-core-integration-{os.getpid()}" / "tuning.json")
+
+
+def clean_environment(setenv, delenv, tuning_db: Path) -> None:
+    """Remove every CONV_CORE_* variable and point the tuning database at ``tuning_db``."""
+    for name in [n for n in os.environ if n.startswith("CONV_CORE_")]:
+        delenv(name)
+    setenv("CONV_CORE_TUNING_DB", str(tuning_db))
 
 
 @pytest.fixture(autouse=True)
@@ -62,10 +78,7 @@ def fresh_conv_core(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
     import conv_core
 
-    for name in list(os.environ):
-        if name.startswith("CONV_CORE_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("CONV_CORE_TUNING_DB", str(tmp_path / "tuning.json"))
+    clean_environment(monkeypatch.setenv, monkeypatch.delenv, tmp_path / "tuning.json")
     torch.manual_seed(0)  # tests that draw with torch.randn see the same numbers every run
     conv_core.reset()
     yield

@@ -96,7 +96,7 @@ def test_candidate_that_raises_when_run_falls_back_to_the_next():
 
 
 def test_explain_shows_the_run_failure():
-    from conv_core.explain import explain
+    from conv_core.explanation import explain
 
     problem = crash_problem()
     assert explain(problem, device="cpu").picked == CRASH_KERNEL

@@ -15,7 +15,7 @@ import conv_core.engine as engine_module
 from conv_core import BackendInfo, Candidate, ConvProblem, Declined, hookimpl
 from conv_core.bench import TORCH, format_report, run_bench, summarize, to_json, torch_reference, write_csv, write_json
 from conv_core.engine import Engine, get_engine
-from conv_core.explain import explain
+from conv_core.explanation import explain
 from conv_core.plugins import Registry
 from conv_core.reference import random_operands
 from conv_core.settings import Settings

@@ -7,7 +7,7 @@ import torch
 
 import conv_core
 from conv_core import ConvProblem
-from conv_core.explain import describe_shape, explain
+from conv_core.explanation import describe_shape, explain
 from test_bench_tune import CPU, TINY, NoInfo, Plugin, isolate, raising_backend, use_backends
 
 

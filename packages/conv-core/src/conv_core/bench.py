@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from . import activations
 from .engine import get_engine
-from .explain import describe_shape
+from .explanation import describe_shape
 from .problem import ConvProblem
 from .progress import Progress, format_table, progress_mode
 from .reference import random_operands

@@ -66,7 +66,7 @@ class Candidate:
     kernel: str
     config: str
     run: RunFn = field(compare=False, repr=False)
-    estimate_us: float = float("inf")
+    estimate_us: float
     tags: frozenset[str] = frozenset()
     workspace_bytes: int = 0
     error_factor: float = 1.0
@@ -95,6 +95,8 @@ class Declined:
 def check_candidate(item: object, backend: str) -> Candidate | Declined:
     """Return ``item`` if it is a well-formed Candidate or Declined of ``backend``; raise TypeError otherwise."""
     if isinstance(item, Declined):
+        if item.backend != backend:
+            raise TypeError(f"backend {backend!r} returned a decline labelled {item.backend!r}")
         return item
     if not isinstance(item, Candidate):
         raise TypeError(f"backend {backend!r} returned {type(item).__name__}, not a Candidate or Declined")
@@ -102,8 +104,8 @@ def check_candidate(item: object, backend: str) -> Candidate | Declined:
         raise TypeError(f"backend {backend!r} returned a candidate labelled {item.backend!r}")
     if not callable(item.run):
         raise TypeError(f"candidate {item.kernel_id} has no callable run")
-    if not (item.estimate_us > 0):
-        raise TypeError(f"candidate {item.kernel_id} has estimate_us={item.estimate_us}; it must be > 0")
+    if not (0 < item.estimate_us < float("inf")):
+        raise TypeError(f"candidate {item.kernel_id} has estimate_us={item.estimate_us}; it must be finite and > 0")
     if ":" in item.kernel or ":" in item.config or " " in item.kernel_id:
         raise TypeError(f"candidate id {item.kernel_id!r} must not contain ':' in its parts or spaces")
     return item

@@ -9,7 +9,7 @@
     conv-core check    [--backend NAME]
     conv-core info     [--json]
 
-Every subcommand is a small function over the library (:mod:`conv_core.explain`,
+Every subcommand is a small function over the library (:mod:`conv_core.explanation`,
 :mod:`conv_core.bench`, :mod:`conv_core.tune`, ...), so what the command prints
 a program can also get. Usage errors (a bad shape, an unknown suite) print one
 line and exit with status 2.
@@ -91,7 +91,7 @@ def select_problems(args: argparse.Namespace, device: torch.device) -> list[tupl
     options = dict(batch=args.batch, dtype=args.dtype, layout=args.layout, direction="fwd", arch=device_arch(device))
     try:
         from . import suites
-        from .explain import describe_shape
+        from .explanation import describe_shape
 
         if args.suite:
             base = suites.suite_problems(args.suite, **options)
@@ -159,7 +159,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """Print how the engine ranks the candidates of one problem, and why others are missing."""
-    from .explain import explain
+    from .explanation import explain
 
     device = parse_device(args.device)
     problems = select_problems(args, device)
@@ -237,12 +237,36 @@ def cmd_check(args: argparse.Namespace) -> int:
         names = [args.backend]
     failed = []
     for name in names:
-        report = run_conformance(name, device, seed=args.seed)
+        report = run_conformance(name, device, seed=args.seed, **_selection(args))
         print(report.summary() + "\n")
         if not report.ok:
             failed.append(name)
     print(f"conformance: FAILED ({', '.join(failed)})" if failed else f"conformance: all {len(names)} passed")
     return 1 if failed else 0
+
+
+def _selection(args: argparse.Namespace) -> dict:
+    """The directions, dtypes and layouts ``check`` was narrowed to (all defaults when not given)."""
+    try:
+        return _parse_selection(args)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _parse_selection(args: argparse.Namespace) -> dict:
+    chosen = {}
+    if args.directions:
+        chosen["directions"] = tuple(args.directions.split(","))
+        unknown = set(chosen["directions"]) - {"fwd", "bwd_data", "bwd_weight"}
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown direction(s) {sorted(unknown)}; use fwd, bwd_data, bwd_weight")
+    if args.dtypes:
+        chosen["dtypes"] = tuple(parse_dtype(d) for d in args.dtypes.split(","))
+    if args.layouts:
+        chosen["layouts"] = tuple(parse_layout(v) for v in args.layouts.split(","))
+    if args.random is not None:
+        chosen["random_count"] = args.random
+    return chosen
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -348,7 +372,7 @@ def _add_problem_options(p: argparse.ArgumentParser, *, suite: bool) -> None:
     if suite:
         which.add_argument("--suite", help="a named shape suite (see conv_core.suites)")
     which.add_argument("--shape", help='one layer, e.g. "n32 c64 k64 i56x56 f3x3 s1 p1" (or a problem key)')
-    which.add_argument("--key", help="a full problem key (ConvProblem.key); other problem options are ignored")
+    which.add_argument("--key", help="a full problem key (ConvProblem.key); --batch, --dtype and --layout are ignored")
     p.add_argument("--batch", type=int, help="batch size (default: the suite's; a shape's own n wins)")
     p.add_argument("--dtype", type=parse_dtype, default="bfloat16", help="bf16 (default), fp16 or fp32")
     p.add_argument("--layout", type=parse_layout, default="channels_last",
@@ -406,6 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", help="check only this backend")
     p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random cases (default 0)")
+    p.add_argument("--directions", help="comma list of fwd,bwd_data,bwd_weight the backend claims (default: all)")
+    p.add_argument("--dtypes", help="comma list, e.g. bf16,fp16 (default: the kit's)")
+    p.add_argument("--layouts", help="comma list of nchw,nhwc (default: both)")
+    p.add_argument("--random", type=int, help="random problems per run (default: the kit's)")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("info", help="describe the machine, versions and settings")

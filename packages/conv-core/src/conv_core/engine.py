@@ -43,7 +43,7 @@ class Engine:
         self.calls: dict[tuple, tuple[ConvProblem, Ranking]] = {}
         self._lock = threading.Lock()
         if self.settings.trace and not log.handlers:
-            logging.basicConfig()
+            log.addHandler(logging.StreamHandler())
             log.setLevel(logging.INFO)
 
     # ---- facts ---------------------------------------------------------------
@@ -71,19 +71,25 @@ class Engine:
         key = (problem.key, str(device), backend)
         found = self._rankings.get(key)
         if found is None:
+            # Ranked outside the lock: a backend may itself call conv_core while being asked or timed.
+            # Two threads racing on one new problem rank it twice and keep the first result.
+            ranking = self._rank(problem, device, backend)
             with self._lock:
-                found = self._rankings.get(key) or self._rank(problem, device, backend)
-                self._rankings[key] = found
+                found = self._rankings.setdefault(key, ranking)
         return found
 
     def _rank(self, problem: ConvProblem, device: torch.device, backend: str | None) -> Ranking:
         candidates, declined = self.registry.candidates(problem, device, only=backend)
-        benchmarked = None
+        benchmarked, failed = None, {}
         if self.settings.benchmark and candidates and not is_capturing(device):
-            benchmarked = self._benchmark(problem, device, candidates)
-        ranking = rank(problem, candidates, declined, self.timings(device), benchmarked)
+            benchmarked, failed = self._benchmark(problem, device, candidates)
+        ranking = rank(problem, [c for c in candidates if c.kernel_id not in failed], declined,
+                       self.timings(device), benchmarked)
+        ranking.excluded.extend((kernel_id, f"failed when benchmarked: {why}") for kernel_id, why in failed.items())
         if not ranking.ranked:
-            why = "; ".join(f"{d.backend}: {d.reason}" for d in ranking.declined) or "no backend is loaded"
+            reasons = [f"{d.backend}: {d.reason}" for d in ranking.declined]
+            reasons += [f"{kernel_id}: {why}" for kernel_id, why in ranking.excluded]
+            why = "; ".join(reasons) or "no backend is loaded"
             raise NoCandidateError(f"no candidate{f' of backend {backend!r}' if backend else ''} for {problem.key} "
                                    f"({why})")
         if self.settings.trace:
@@ -91,18 +97,20 @@ class Engine:
                      ranking.best.source)
         return ranking
 
-    def _benchmark(self, problem: ConvProblem, device: torch.device, candidates: list[Candidate]) -> dict[str, float]:
-        """Opt-in first-use timing; a candidate that fails is left to its estimate."""
+    def _benchmark(self, problem: ConvProblem, device: torch.device,
+                   candidates: list[Candidate]) -> tuple[dict[str, float], dict[str, str]]:
+        """Opt-in first-use timing: (times, failures) by kernel id; a candidate that fails is not ranked."""
         from .reference import random_operands
 
         operands = random_operands(problem, device, seed=0)
-        times = {}
+        times, failed = {}, {}
         for c in candidates:
             try:
                 times[c.kernel_id] = median_us(lambda: c.run(*operands), device, warmup=2, reps=10)
             except Exception as exc:
                 log.warning("conv_core: benchmarking %s failed: %s", c.kernel_id, exc)
-        return times
+                failed[c.kernel_id] = f"{type(exc).__name__}: {exc}"
+        return times, failed
 
     # ---- running -------------------------------------------------------------
 

@@ -61,7 +61,9 @@ def conv_core_tuning_tables() -> Sequence[str | PathLike]:
     """Return paths of tuning tables this backend ships as package data.
 
     A table is a JSON file of measured times in the format of
-    :mod:`conv_core.tuning` (written by ``conv-core tune --export``). The core
-    prefers these times to the candidates' own estimates, and a user's tuning
-    database to both.
+    :mod:`conv_core.tuning` (written by ``conv-core tune --export``). For each
+    candidate the ranking takes the best time source it has: the user's tuning
+    database, then these tables, then the candidate's own estimate; all
+    candidates are then ordered on those times together. A table's entries
+    count only for this backend's own kernel ids.
     """

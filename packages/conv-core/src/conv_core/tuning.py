@@ -11,7 +11,7 @@ Both are JSON files of one format::
 of ``conv-core tune``; it is never ranked on that device). A database entry
 counts only on the same device name and the same version of the kernel's
 backend, so an upgrade never ranks on stale times; a shipped table counts on
-any device of the same architecture.
+any device of the same architecture, and only for the shipping backend's own kernels.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ class Timings:
         self._index: dict[tuple[str, str], Timing] = {}
         for backend, path in tables:
             for e in read_entries(path):
-                if e.arch == arch:
+                # A backend's table speaks for its own kernels only.
+                if e.arch == arch and e.kernel.split(":", 1)[0] == backend:
                     self._index.setdefault((e.problem, e.kernel), Timing(e.us, e.status, f"table:{backend}"))
         for e in read_entries(database):
             backend = e.kernel.split(":", 1)[0]

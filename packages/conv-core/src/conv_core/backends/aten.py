@@ -41,8 +41,16 @@ def conv_core_candidates(problem: ConvProblem, device: torch.device) -> list[Can
 
 
 def _compute_dtype(problem: ConvProblem) -> torch.dtype:
-    """Input dtype, or the output dtype when it is wider (so an fp32 output keeps fp32 accuracy)."""
+    """The dtype torch computes in: the input's, or a wider one where that is needed for accuracy.
+
+    An output wider than the input keeps its accuracy (fp16 in, fp32 out).
+    On the CPU, half-precision convolutions are computed in float32: oneDNN's
+    half backward passes accumulate in half precision, which is both slower and
+    outside the tolerance model every backend is held to.
+    """
     d_in, d_out = torch_dtype(problem.dtype), torch_dtype(problem.result_dtype)
+    if problem.arch == "cpu" and d_in.itemsize < 4:
+        return torch.float32
     return d_out if d_out.itemsize > d_in.itemsize else d_in
 
 

@@ -20,6 +20,7 @@ What a candidate must do (the contract of :class:`conv_core.Candidate`):
 from __future__ import annotations
 
 import math
+import numbers
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..candidate import Candidate, Declined
-from ..problem import DIRECTIONS, LAYOUTS, ConvProblem, empty_strided_for, is_dense_in, layout_order, torch_dtype
+from ..problem import (DIRECTIONS, DTYPES, LAYOUTS, ConvProblem, empty_strided_for, is_dense_in, layout_order,
+                       torch_dtype)
 from ..reference import Comparison, compare, random_operands
 from . import cases as _cases
 
@@ -68,8 +70,8 @@ def short_key(problem: ConvProblem) -> str:
         parts.append(f"p{pads[0]}" if same(pads) else "p" + "x".join(f"{a}.{b}" for a, b in problem.padding))
     if any(d != 1 for d in problem.dilation):
         parts.append(f"d{problem.dilation[0] if same(problem.dilation) else dims(problem.dilation)}")
-    key_dtypes = problem.key.split()[10]
-    parts.append(key_dtypes.split(".")[0] if same(key_dtypes.split(".")) else key_dtypes)
+    dtypes = [DTYPES[d] for d in (problem.dtype, problem.weight_dtype, problem.out_dtype)]
+    parts.append(dtypes[0] if same(dtypes) else ".".join(dtypes))
     parts.append("cl" if problem.layout == "channels_last" else "cf")
     if problem.bias:
         parts.append("bias")
@@ -131,7 +133,11 @@ def collect(backend: str, device: torch.device | str, problems: Iterable[ConvPro
 
 def collect_cases(backend: str, device: torch.device | str,
                   problems: Iterable[ConvProblem]) -> list[tuple[ConvProblem, Candidate]]:
-    """Every candidate ``backend`` returns for each problem, as (problem, candidate) pairs."""
+    """Every candidate ``backend`` returns for each problem, as (problem, candidate) pairs.
+
+    Only that backend is asked. Raises LookupError if it is not loaded; see
+    :func:`collect` for its declines and hook failures too.
+    """
     return collect(backend, device, problems).cases
 
 
@@ -281,22 +287,22 @@ def check_noncontiguous(problem: ConvProblem, backend: str, device: torch.device
     the autograd graph would call is called directly instead.
     """
     device = torch.device(device)
+    what = f"public API, non-contiguous operands, backend={backend}"
+    if problem.weight_dtype != problem.dtype:
+        return failed(problem, None, f"{what}: the public API needs the weight in the input's dtype")
+    run = {"fwd": _noncontiguous_forward, "bwd_data": _noncontiguous_backward,
+           "bwd_weight": _noncontiguous_backward}[problem.direction]
     try:
-        if problem.weight_dtype != problem.dtype:
-            return failed(problem, None, "the public API needs the weight in the input's dtype")
-        run = {"fwd": _noncontiguous_forward, "bwd_data": _noncontiguous_backward,
-               "bwd_weight": _noncontiguous_backward}[problem.direction]
         result, operands = run(problem, backend, device, seed)
+        candidate = _ranked_candidate(problem, backend, device)
     except Exception as exc:
-        return failed(problem, None, f"public API call with backend={backend!r} raised {type(exc).__name__}: {exc}")
+        return failed(problem, None, f"{what}: raised {type(exc).__name__}: {exc}")
     issue = _result_issue(problem, result)
     if issue and (problem.direction == "fwd" or "dense" not in issue):  # only the forward promises a layout
-        return failed(problem, None, f"public API, non-contiguous operands, backend={backend}: {issue}")
-    candidate = _ranked_candidate(problem, backend, device)
+        return failed(problem, None, f"{what}: {issue}")
     comparison = compare(problem, result, operands, candidate)
     return Comparison(comparison.ok, comparison.worst_ratio, comparison.relative_l2, comparison.bad_elements,
-                      comparison.nan_elements, f"public API, non-contiguous operands, backend={backend}: "
-                      f"{comparison.message}")
+                      comparison.nan_elements, f"{what}: {comparison.message}")
 
 
 def _ranked_candidate(problem: ConvProblem, backend: str, device: torch.device) -> Candidate | None:
@@ -347,15 +353,18 @@ def _backward_function(problem: ConvProblem, backend: str, device: torch.device,
 
 
 def pick_noncontiguous_problem(problems: Sequence[ConvProblem]) -> ConvProblem | None:
-    """The problem best suited to :func:`check_noncontiguous`: 2D, more than one channel and pixel if possible.
+    """The problem best suited to :func:`check_noncontiguous`.
 
-    With one channel or one pixel, a strided view can look like another
-    layout to the call, which would then ask the backend a different problem.
+    It must have more than one channel and pixel (with one, a strided view can
+    look like another layout to the call, which would then ask the backend a
+    different problem); then 2D, with groups, stride, asymmetric padding and
+    bias preferred, since strided operands meet more index arithmetic there.
     """
     def score(p: ConvProblem) -> tuple:
         many = p.in_channels > 1 and p.out_channels > 1 and math.prod(p.input_size) > 1 and \
             math.prod(p.output_size) > 1
-        return (not many, p.ndim != 2, p.weight_dtype != p.dtype, not p.bias)
+        features = (p.groups > 1) + (max(p.stride) > 1) + (p.symmetric_padding is None) + p.bias
+        return (not many, p.ndim != 2, p.weight_dtype != p.dtype, -features)
 
     return min(problems, key=score, default=None)
 
@@ -376,18 +385,25 @@ def check_metadata(problem: ConvProblem, candidate: Candidate, device: torch.dev
     issues = []
     if not all(isinstance(tag, str) for tag in candidate.tags):
         issues.append(f"tags {sorted(map(repr, candidate.tags))} are not all strings")
-    if not (isinstance(candidate.estimate_us, (int, float)) and math.isfinite(candidate.estimate_us)
-            and candidate.estimate_us > 0):
+    estimate, factor = _number(candidate.estimate_us), _number(candidate.error_factor)
+    if not (math.isfinite(estimate) and estimate > 0):
         issues.append(f"estimate_us={candidate.estimate_us!r} is not a finite number > 0")
-    if not (math.isfinite(candidate.error_factor) and candidate.error_factor >= 1):
+    if not (math.isfinite(factor) and factor >= 1):
         issues.append(f"error_factor={candidate.error_factor!r} is not a finite number >= 1")
-    if not (isinstance(candidate.workspace_bytes, int) and candidate.workspace_bytes >= 0):
+    if not (isinstance(candidate.workspace_bytes, numbers.Integral) and candidate.workspace_bytes >= 0):
         issues.append(f"workspace_bytes={candidate.workspace_bytes!r} is not an int >= 0")
     elif (candidate.workspace_bytes > 0) != ("needs_workspace" in candidate.tags):
         issues.append(f"workspace_bytes={candidate.workspace_bytes} but the needs_workspace tag is "
                       f"{'absent' if candidate.workspace_bytes else 'present'}")
     issues.extend(_id_stability_issues(problem, candidate, torch.device(device)))
     return [f"{candidate.kernel_id} on {problem.key}: {issue}" for issue in issues]
+
+
+def _number(value) -> float:
+    """``value`` as a float, NaN if it is not a real number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return math.nan
+    return float(value)
 
 
 def _id_stability_issues(problem: ConvProblem, candidate: Candidate, device: torch.device) -> list[str]:

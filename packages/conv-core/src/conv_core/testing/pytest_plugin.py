@@ -58,15 +58,16 @@ class ConformanceSuite:
     cpu_threads: int | None = 1
 
     @pytest.fixture(autouse=True, scope="class")
-    def _conv_core_cpu_threads(self):
+    @classmethod
+    def _conv_core_cpu_threads(cls):
         """Run the class with ``cpu_threads`` CPU threads, and restore the count afterwards."""
         import torch
 
-        if self.cpu_threads is None or torch.device(self.device).type != "cpu":
+        if cls.cpu_threads is None or torch.device(cls.device).type != "cpu":
             yield
             return
         before = torch.get_num_threads()
-        torch.set_num_threads(self.cpu_threads)
+        torch.set_num_threads(cls.cpu_threads)
         try:
             yield
         finally:

@@ -148,6 +148,8 @@ def _notes(engine, problem: ConvProblem, device: torch.device, backend: str | No
     forced = backend or engine.settings.force_backend
     if forced:
         notes.append(f"restricted to backend {forced!r}" + ("" if backend else " by CONV_CORE_BACKEND"))
+        if engine.registry.get(forced) is None:
+            notes.append(f"no backend named {forced!r} is installed")
     if engine.settings.benchmark:
         notes.append("CONV_CORE_BENCHMARK is on: untuned candidates are timed on first use")
     arch = device_arch(device)
