@@ -48,7 +48,7 @@ def test_raising_tuning_tables_hook_is_recorded_and_other_tables_still_count():
 MALFORMED = {
     1: "TypeError: backend 'broken_candidate' returned str, not a Candidate or Declined",
     2: "TypeError: backend 'broken_candidate' returned a candidate labelled 'aten'",
-    3: "TypeError: candidate broken_candidate:negative:time has estimate_us=-1.0; it must be > 0",
+    3: "TypeError: candidate broken_candidate:negative:time has estimate_us=-1.0; it must be finite and > 0",
 }
 
 

@@ -138,10 +138,12 @@ def test_tuning_db_broken_entry_excludes_the_candidate(monkeypatch, tmp_path):
 def test_first_use_benchmark_times_candidates(monkeypatch):
     engine = with_env(monkeypatch, CONV_CORE_BENCHMARK="1")
     problem = small_problem(out_channels=TRIGGER_OUT_CHANNELS)
-    sources = {r.kernel_id: r.source for r in engine.ranking(problem, CPU).ranked}
+    ranking = engine.ranking(problem, CPU)
+    sources = {r.kernel_id: r.source for r in ranking.ranked}
     assert sources[EXAMPLE_KERNEL] == sources[ATEN_KERNEL] == "benchmark"
-    assert sources[CRASH_KERNEL] == "estimate"  # it raised while being timed: left to its estimate
-    conv_is_right(problem)  # ... and then falls back at run time
+    assert CRASH_KERNEL not in sources  # it raised while being timed: never ranked
+    assert "failed when benchmarked" in dict(ranking.excluded)[CRASH_KERNEL]
+    conv_is_right(problem)
 
 
 def test_trace_logs_each_decision(monkeypatch, caplog):

@@ -257,12 +257,13 @@ def test_suite_inside_pytest(inner_run):
 
 
 def test_plugin_import_is_inert():
-    """Loading the pytest plugin defines names only: no engine, no backends loaded."""
+    """The pytest11 entry point imports neither torch nor conv_core; the suite module loads no engine."""
     import importlib
     import subprocess
     import sys
 
-    code = ("import conv_core.engine as e, conv_core.testing.pytest_plugin as p, sys; "
+    code = ("import sys, conv_core_pytest; assert 'torch' not in sys.modules and 'conv_core' not in sys.modules; "
+            "import conv_core.engine as e, conv_core.testing.pytest_plugin as p; "
             "assert e._engine is None; assert 'conv_core.testing.conformance' not in sys.modules; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr

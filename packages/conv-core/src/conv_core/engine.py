@@ -10,6 +10,7 @@ costs speed, never a result.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 
@@ -106,7 +107,7 @@ class Engine:
         times, failed = {}, {}
         for c in candidates:
             try:
-                times[c.kernel_id] = median_us(lambda: c.run(*operands), device, warmup=2, reps=10)
+                times[c.kernel_id] = median_us(functools.partial(c.run, *operands), device, warmup=2, reps=10)
             except Exception as exc:
                 log.warning("conv_core: benchmarking %s failed: %s", c.kernel_id, exc)
                 failed[c.kernel_id] = f"{type(exc).__name__}: {exc}"

@@ -76,7 +76,7 @@ def forward(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, args: C
         hit = engine.calls[key] = (problem, engine.ranking(problem, x.device, args.backend))
     problem, ranking = hit
     if bias is not None:
-        bias = bias.to(torch_dtype(problem.out_dtype))
+        bias = bias.to(torch_dtype(problem.out_dtype)).contiguous()
     return engine.execute(ranking, (to_layout(x, layout), to_layout(w, layout), bias))
 
 

@@ -265,7 +265,9 @@ class ConvProblem:
     def reduction_length(self) -> int:
         """Terms summed into each result element (bounds rounding error; see ``reference``)."""
         if self.direction == "bwd_data":
-            taps = math.prod(-(-k // s) for k, s in zip(self.filter_size, self.stride))
+            # Taps landing on one input element: those with r*d in one residue class mod s.
+            taps = math.prod(-(-k // (s // math.gcd(s, d)))
+                             for k, s, d in zip(self.filter_size, self.stride, self.dilation))
             return (self.out_channels // self.groups) * taps
         return self.gemm_shape[2]
 

@@ -21,11 +21,13 @@ Tolerance model (per element ``i``, see ``docs/tolerance.md``)::
   tf32 (2^-11) for candidates tagged ``tf32``, the input dtype's roundoff for candidates with
   ``error_factor`` E > 1 (Winograd and other transforms that re-round derived operands).
 
-With a fused activation ``f`` the bound is ``2 u_out |f(pre_i)| + s_f * bound(pre_i)``, where
-``pre_i`` is the reference before the activation, ``bound(pre_i)`` the bound above for it and
-``s_f`` the activation's largest slope: a kernel may round the convolution (plus bias) to the
-result dtype before applying ``f`` (PyTorch does), and ``f`` can carry that error to where
-``|f(pre_i)|`` is much smaller than ``|pre_i|`` (gelu and silu of negative values).
+The epilogue may round intermediate values to the result dtype, as PyTorch does:
+
+- with a bias, the convolution ``conv_i`` may be rounded before the bias is added, so the bound
+  for ``pre_i = conv_i + bias`` gains ``2 u_out |conv_i|`` (large where the bias cancels it);
+- with a fused activation ``f`` the bound is ``2 u_out |f(pre_i)| + s_f * bound(pre_i)``, with
+  ``s_f`` the activation's largest slope: ``f`` carries an error made before it to where
+  ``|f(pre_i)|`` is much smaller than ``|pre_i|`` (gelu and silu of negative values).
 """
 
 from __future__ import annotations
@@ -138,20 +140,24 @@ def operand_roundoff(problem: ConvProblem, candidate: Candidate | None) -> float
 
 
 def tolerance(problem: ConvProblem, ref: torch.Tensor, absref: torch.Tensor,
-              candidate: Candidate | None = None, pre: torch.Tensor | None = None) -> torch.Tensor:
+              candidate: Candidate | None = None, pre: torch.Tensor | None = None,
+              conv: torch.Tensor | None = None) -> torch.Tensor:
     """Per-element bound on ``|out - ref|`` (see the module docstring).
 
-    ``pre`` is the reference before the fused activation; the bound then
-    also covers an error made before the activation and carried through it.
+    ``pre``: the reference before the fused activation; ``conv``: the reference
+    before the bias. Given, they widen the bound by the epilogue's roundings.
     """
     u_out = UNIT_ROUNDOFF[problem.result_dtype]
     u_acc = UNIT_ROUNDOFF["float64" if problem.dtype == "float64" else "float32"]
     factor = candidate.error_factor if candidate is not None else 1.0
     inner = 4 * math.sqrt(problem.reduction_length) * u_acc + 2 * factor * operand_roundoff(problem, candidate)
     floor = torch.finfo(torch_dtype(problem.result_dtype)).tiny
-    if problem.direction != "fwd" or problem.activation is None or pre is None:
-        return 2 * u_out * ref.abs() + inner * absref + floor
-    before = 2 * u_out * pre.abs() + inner * absref
+    has_activation = problem.direction == "fwd" and problem.activation is not None and pre is not None
+    before = 2 * u_out * (pre if has_activation else ref).abs() + inner * absref
+    if problem.direction == "fwd" and problem.bias and conv is not None:
+        before = before + 2 * u_out * conv.abs()
+    if not has_activation:
+        return before + floor
     return 2 * u_out * ref.abs() + ACTIVATION_SLOPE[problem.activation] * before + floor
 
 
@@ -173,13 +179,15 @@ def compare(problem: ConvProblem, out: torch.Tensor, operands: tuple, candidate:
     if tuple(out.shape) != problem.result_shape:  # before any arithmetic: it would broadcast or raise
         return Comparison(False, math.inf, math.inf, -1, 0,
                           f"{problem.key}: result shape {tuple(out.shape)} != {problem.result_shape}")
-    pre = None
-    if problem.direction == "fwd" and problem.activation is not None:
-        pre = reference(problem.replace(activation=None), operands)
+    pre = conv = None
+    if problem.direction == "fwd" and (problem.activation is not None or problem.bias):
+        x, w, bias = _fwd_operands(operands)
+        conv = conv_forward64(x, w, problem)
+        pre = conv if bias is None else conv + bias.double().reshape(1, -1, *[1] * problem.ndim)
         ref = activations.apply(problem.activation, pre)
     else:
         ref = reference(problem, operands)
-    bound = tolerance(problem, ref, absolute_reference(problem, operands), candidate, pre) * slack
+    bound = tolerance(problem, ref, absolute_reference(problem, operands), candidate, pre, conv) * slack
     got = out.double()
     err = (got - ref).abs()
     nan = int(torch.isnan(got).sum())

@@ -5,9 +5,9 @@
 | ``CONV_CORE_PLUGINS`` | comma list: load only these entry-point backends (``aten`` is always loaded) |
 | ``CONV_CORE_DISABLE_PLUGINS`` | comma list: never load these entry-point backends |
 | ``CONV_CORE_BACKEND`` | force every call to this backend (an error if it has no candidate) |
-| ``CONV_CORE_TRACE`` | ``1``: log every ranking decision to the ``conv_core`` logger (stderr) |
+| ``CONV_CORE_TRACE`` | ``1``: log every ranking decision (``conv_core`` logger, to stderr) |
 | ``CONV_CORE_TUNING_DB`` | path of the tuning database (default ``~/.cache/conv-core/tuning.json``) |
-| ``CONV_CORE_BENCHMARK`` | ``1``: time the candidates of each new problem once, on first use (never during CUDA-graph capture) |
+| ``CONV_CORE_BENCHMARK`` | ``1``: time each new problem's candidates once, on first use (never while capturing) |
 
 Settings are read when the registry loads or a choice is first made; call
 ``conv_core.reset()`` after changing them in a running process.

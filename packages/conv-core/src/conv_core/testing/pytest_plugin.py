@@ -1,8 +1,8 @@
-"""pytest plugin (entry point ``pytest11``) of the conformance kit: :class:`ConformanceSuite`.
+"""The conformance kit's pytest side: :class:`ConformanceSuite` and its parametrization.
 
-pytest loads this module in every run where conv-core is installed, so it
-must stay cheap and inert: it defines a class and one hook, and imports the
-kit only when a :class:`ConformanceSuite` subclass is being collected.
+The ``pytest11`` entry point is the tiny top-level module ``conv_core_pytest``
+(so that pytest runs without conv-core's imports); it calls
+:func:`generate_tests` here for classes carrying the suite marker.
 
 A backend package checks itself with a few lines::
 
@@ -18,7 +18,7 @@ A backend package checks itself with a few lines::
         max_macs = 200_000
 
 At collection time the suite asks the backend (and only it) for candidates for
-the edge-case and random problems, and :func:`pytest_generate_tests` turns
+the edge-case and random problems, and :func:`generate_tests` turns
 every (problem, candidate) pair it returns into one ``test_matches_reference``.
 """
 
@@ -44,6 +44,8 @@ class ConformanceSuite:
     while the class runs (1: the problems are tiny, so more threads only add
     synchronisation, which costs dearly on a loaded machine; None: leave it).
     """
+
+    _conv_core_conformance_suite = True  # the marker conv_core_pytest looks for
 
     backend: str | None = None
     device: str = "cpu"
@@ -183,7 +185,7 @@ def _params(values: list, ids, found: SuiteCases) -> tuple[list, list[str]]:
     return [_Nothing(f"nothing to check: {why}")], ["nothing-to-check"]
 
 
-def pytest_generate_tests(metafunc) -> None:
+def generate_tests(metafunc) -> None:
     """Parametrize a :class:`ConformanceSuite`'s tests over what its backend returned."""
     cls = metafunc.cls
     if cls is None or not issubclass(cls, ConformanceSuite):

@@ -1,0 +1,239 @@
+"""Ahead-of-time compile checks: every shipped configuration of every kernel, for GPUs we do not have.
+
+``python -m conv_rdna.aot [--target gfx1100 ...] [--jobs N] [--json]`` compiles, on the CPU, each
+kernel specialization the configuration tables can launch (:func:`jobs`), for RDNA3 (gfx1100), RDNA4
+(gfx1201) and Hopper (sm_90), and reports what the assembly shows: the matrix instructions used
+(``v_wmma*`` / ``wgmma`` / ``mma.sync``), registers, spills, scratch and shared memory against the
+architecture's limit (``conv_core.arch.spec``). The launch arguments come from :mod:`conv_rdna.plan`,
+exactly as at run time, on a representative problem per kernel.
+
+Each configuration is compiled once: 16-bit configurations alternate between float16 and bfloat16
+(and layouts alternate) so that both dtypes and both layouts are covered without compiling every
+combination; configurations reachable by float32 problems are compiled for float32 too.
+
+Must run without ``TRITON_INTERPRET=1`` (the kernels must be JIT functions, not interpreted ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+
+from conv_core.arch import spec
+from conv_core.problem import ConvProblem
+
+from . import configs, plan
+
+#: Compile targets: arch name -> (Triton backend, arch, warp size).
+TARGETS = {
+    "gfx1100": ("hip", "gfx1100", 32),
+    "gfx1201": ("hip", "gfx1201", 32),
+    "sm_90": ("cuda", 90, 32),
+}
+
+#: Matrix instructions that count as "uses the matrix units", per Triton backend.
+MATRIX_PATTERNS = {"hip": r"\bv_wmma_\w+", "cuda": r"\bwgmma\.mma_async[\w.]*|\bmma\.sync[\w.]*"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One kernel specialization to compile for one target."""
+
+    target: str
+    kernel: str  # candidate kernel (plan.KERNELS key)
+    config: str  # TileConfig.name
+    dtype: str
+    layout: str
+    launch: int  # index of the launch in the plan (1: the split reduction)
+
+    @property
+    def id(self) -> str:
+        what = self.kernel if self.launch == 0 else f"{self.kernel}.reduce"
+        return f"{self.target}-{what}-{self.config}-{plan.TRITON_DTYPE[self.dtype]}-{self.layout[9:]}"
+
+    @property
+    def expects_matrix_instructions(self) -> bool:
+        """16-bit dots must use the matrix units (float32 runs exact FMA; the reduction has no dot)."""
+        return self.launch == 0 and self.dtype != "float32"
+
+
+def representative_problem(kernel: str, dtype: str, layout: str, arch: str) -> ConvProblem:
+    """A mid-sized problem the kernel applies to, with the full epilogue for forward kernels."""
+    base = dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), dtype=dtype, layout=layout, arch=arch)
+    if kernel == "gemm1x1":
+        return ConvProblem("fwd", filter_size=1, stride=1, padding=0, dilation=1, bias=True, activation="gelu",
+                           **base)
+    problem = ConvProblem("fwd", filter_size=3, stride=1, padding=1, dilation=1, **base)
+    if kernel == "implicit_gemm":
+        return problem.replace(bias=True, activation="gelu")
+    return problem.with_direction("bwd_data" if kernel == "bwd_data_phased" else "bwd_weight")
+
+
+def _config_dtypes(tab: configs.ArchTable, family: str) -> dict[configs.TileConfig, list[str]]:
+    """Each configuration of a family and the input dtypes whose problems can reach it.
+
+    A bucket conditioned on dtypes alone (or on nothing) takes every problem of its dtypes, so later
+    buckets never see those dtypes.
+    """
+    reach: dict[configs.TileConfig, set[str]] = {}
+    open_dtypes = set(configs.DTYPES)
+    for bucket in tab.families[family]:
+        dtypes = open_dtypes & set(bucket.when.get("dtypes", configs.DTYPES))
+        reach.setdefault(bucket.config, set()).update(dtypes)
+        if set(bucket.when) <= {"dtypes"}:
+            open_dtypes -= dtypes
+    for config in tab.layers.get(family, {}).values():
+        reach.setdefault(config, set()).update(configs.DTYPES)
+    return {config: [d for d in configs.DTYPES if d in dtypes] for config, dtypes in reach.items() if dtypes}
+
+
+def jobs(targets=tuple(TARGETS)) -> list[Job]:
+    """Every distinct specialization the tables of ``targets`` ship (see the module docstring)."""
+    found: dict[tuple, Job] = {}
+    for target in targets:
+        tab = configs.table(target)
+        half_turn = layout_turn = 0
+        for kernel, family in plan.KERNELS.items():
+            for config, dtypes in _config_dtypes(tab, family).items():
+                half = [d for d in dtypes if d != "float32"]
+                chosen = [d for d in dtypes if d == "float32"]
+                if half:
+                    chosen.insert(0, half[half_turn % len(half)])
+                    half_turn += 1
+                for dtype in chosen:
+                    layout = ("channels_last", "channels_first")[layout_turn % 2]
+                    layout_turn += 1
+                    problem = representative_problem(kernel, dtype, layout, target)
+                    launches = plan.make_plan(problem, kernel, config, tab).launches
+                    for index, launch in enumerate(launches):
+                        signature, constexprs, _ = plan.aot_specialization(launch, plan.role_dtypes(problem))
+                        key = (target, launch.name, tuple(signature.items()), tuple(constexprs.items()),
+                               launch.num_warps, launch.num_stages)
+                        found.setdefault(key, Job(target, kernel, config.name, dtype, layout, index))
+    return list(found.values())
+
+
+# ---- compiling one job -----------------------------------------------------------------------------
+
+
+def _find_config(tab: configs.ArchTable, kernel: str, name: str) -> configs.TileConfig:
+    return next(c for c in tab.configs(plan.KERNELS[kernel]) if c.name == name)
+
+
+def _amd_stats(asm: str) -> dict:
+    def field(name: str) -> int:
+        match = re.search(rf"^\s*\.{name}:\s+(\d+)", asm, re.MULTILINE)
+        return int(match.group(1)) if match else -1
+
+    return dict(registers=field("vgpr_count"), sgprs=field("sgpr_count"),
+                spills=max(field("vgpr_spill_count"), 0) + max(field("sgpr_spill_count"), 0),
+                scratch_bytes=field("private_segment_fixed_size"))
+
+
+def _ptxas_stats(log: str) -> dict:
+    regs = re.search(r"Used (\d+) registers", log)
+    spills = [int(v) for v in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
+    stack = re.search(r"(\d+) bytes stack frame", log)
+    return dict(registers=int(regs.group(1)) if regs else -1, sgprs=0, spills=sum(spills) if spills else -1,
+                scratch_bytes=int(stack.group(1)) if stack else -1)
+
+
+def compile_job(job: Job) -> dict:
+    """Compile one job; return its statistics (or the error) as a plain dict."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    started = time.perf_counter()
+    result = dict(job=asdict(job), id=job.id, expects_matrix=job.expects_matrix_instructions,
+                  shared_limit=spec(job.target).shared_memory_bytes)
+    try:
+        tab = configs.table(job.target)
+        config = _find_config(tab, job.kernel, job.config)
+        problem = representative_problem(job.kernel, job.dtype, job.layout, job.target)
+        launch = plan.make_plan(problem, job.kernel, config, tab).launches[job.launch]
+        signature, constexprs, attrs = plan.aot_specialization(launch, plan.role_dtypes(problem))
+        backend, arch, warp = TARGETS[job.target]
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            if backend == "cuda":
+                triton.knobs.nvidia.dump_ptxas_log = True  # ptxas -v: registers and spills
+            compiled = triton.compile(ASTSource(launch.kernel, signature, constexprs, attrs),
+                                      target=GPUTarget(backend, arch, warp),
+                                      options=dict(num_warps=launch.num_warps, num_stages=launch.num_stages))
+        asm = compiled.asm["amdgcn" if backend == "hip" else "ptx"]
+        stats = _amd_stats(asm) if backend == "hip" else _ptxas_stats(log.getvalue())
+        if backend == "cuda" and re.search(r"^\s*\.local\b", asm, re.MULTILINE):
+            stats["scratch_bytes"] = max(stats["scratch_bytes"], 1)
+        matrix = sorted(set(re.findall(MATRIX_PATTERNS[backend], asm)))
+        result.update(ok=True, shared=compiled.metadata.shared, matrix=matrix,
+                      estimated_shared=config.shared_bytes(job.dtype) if job.launch == 0 else 0, **stats)
+    except Exception as exc:  # reported per job; the test fails on it
+        result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000])
+    result["seconds"] = round(time.perf_counter() - started, 2)
+    return result
+
+
+def problems_of(result: dict) -> list[str]:
+    """What is wrong with a compiled job (empty: nothing)."""
+    if not result.get("ok"):
+        return [f"did not compile: {result.get('error')}"]
+    issues = []
+    if result["expects_matrix"] and not result["matrix"]:
+        issues.append("no matrix instruction in the assembly")
+    if result["spills"] != 0:
+        issues.append(f"{result['spills']} spills (or unknown: -1)")
+    if result["scratch_bytes"] != 0:
+        issues.append(f"{result['scratch_bytes']} bytes of scratch / local memory")
+    if result["shared"] > result["shared_limit"]:
+        issues.append(f"shared memory {result['shared']} > limit {result['shared_limit']}")
+    if result["shared"] > result["estimated_shared"] and result["job"]["launch"] == 0:
+        issues.append(f"shared memory {result['shared']} > the tables' estimate {result['estimated_shared']}")
+    return issues
+
+
+def compile_all(job_list: list[Job], workers: int) -> list[dict]:
+    """Compile ``job_list`` in ``workers`` processes (spawned, so nothing of this process's triton state leaks)."""
+    if workers <= 1:
+        return [compile_job(job) for job in job_list]
+    import multiprocessing
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(compile_job, job_list))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conv_rdna.aot", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", action="append", choices=sorted(TARGETS), help="repeatable; default: all")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes")
+    parser.add_argument("--json", action="store_true", help="print one JSON list of results")
+    args = parser.parse_args(argv)
+    if plan.interpreting():
+        parser.error("unset TRITON_INTERPRET: the compile checks need Triton's compiler, not its interpreter")
+    results = compile_all(jobs(tuple(args.target or TARGETS)), args.jobs)
+    if args.json:
+        json.dump(results, sys.stdout)
+        print()
+    else:
+        print(f"{'job':64} {'regs':>5} {'spill':>5} {'scr':>4} {'shared':>7} {'limit':>7}  matrix / issues")
+        for r in results:
+            if not r.get("ok"):
+                print(f"{r['id']:64} FAILED {r.get('error', '')[:200]}")
+                continue
+            issues = problems_of(r)
+            print(f"{r['id']:64} {r['registers']:5} {r['spills']:5} {r['scratch_bytes']:4} {r['shared']:7} "
+                  f"{r['shared_limit']:7}  {','.join(m.split('.')[0] for m in r['matrix'][:1]) or '-'} "
+                  f"{'; '.join(issues)}")
+    return 1 if any(problems_of(r) for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
