@@ -13,7 +13,7 @@ called:
   its behalf is *not* recorded again, and a call that another backend serves
   (which runs no aten convolution at all) is still recorded;
 - the ``conv_core::convolution`` custom op (a graph from ``torch.compile`` or
-  ``torch.export`` run eagerly) is seen by the dispatch mode directly.
+  ``torch.export`` run eagerly) runs the same plan, and is recorded there too.
 
 Each record carries the name of the innermost module running when the
 convolution ran (``""`` for the model itself, as in ``named_modules()``).
@@ -33,8 +33,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import functional, ops
-from .problem import ConvProblem, detect_layout, dtype_name
+from . import functional
+from .problem import ConvProblem
 
 __all__ = ["CapturedLayer", "capture_shapes"]
 
@@ -42,8 +42,6 @@ _aten = torch.ops.aten
 #: aten ops that are one whole convolution, with the arguments
 #: (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, ...).
 _ATEN_CONVOLUTIONS = (_aten.convolution.default, _aten._convolution.default)
-#: conv-core's forward custom op (registered by :mod:`conv_core.ops`).
-_CORE_OP = torch.ops.conv_core.convolution.default
 
 
 @dataclass(frozen=True)
@@ -93,18 +91,6 @@ def _problem_of_aten_call(args) -> ConvProblem | None:
     return ConvProblem.from_tensors(input, weight, bias, stride, list(padding), dilation, groups)
 
 
-def _problem_of_core_args(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
-                          args: functional.ConvArgs) -> ConvProblem:
-    """The forward problem conv-core forms for a call (the same construction as ``functional.forward``)."""
-    return args.problem("fwd", x.shape, w.shape, dtype_name(x.dtype), detect_layout(x), bias is not None, x.device)
-
-
-def _problem_of_core_op(args) -> ConvProblem:
-    """The problem of a ``conv_core::convolution`` op call (its arguments are flattened lists)."""
-    x, w, bias, *flat = args
-    return _problem_of_core_args(x, w, bias, ops._args(*flat))
-
-
 class _ConvolutionMode(TorchDispatchMode):
     """Records aten and ``conv_core::convolution`` calls that conv-core has not already recorded."""
 
@@ -119,8 +105,6 @@ class _ConvolutionMode(TorchDispatchMode):
                 problem = _problem_of_aten_call(args)
                 if problem is not None:
                     self.recorder.record(problem)
-            elif func is _CORE_OP:
-                self.recorder.record(_problem_of_core_op(args))
         # Ops run from here do not re-enter this mode (it is popped while its handler runs).
         return func(*args, **kwargs)
 
@@ -129,29 +113,27 @@ class _ConvolutionMode(TorchDispatchMode):
 def _recording_core_calls(recorder: _Recorder):
     """Record conv-core's eager forward calls at their entry, and mark the aten work inside them.
 
-    ``functional.forward`` is the one place every eager conv-core forward call
-    passes with its normalised arguments (it is looked up as a module global by
-    ``conv*d`` and by the autograd function), so wrapping it for the duration
-    of the capture sees them all without conv-core knowing about capturing.
+    ``functional.Plan.run`` is the one place every eager conv-core forward call
+    passes, holding the exact problem it solves, so wrapping it for the
+    duration of the capture sees them all without conv-core knowing about capturing.
     """
-    original = functional.forward
+    original = functional.Plan.run
 
-    def forward(x, w, bias, args):
+    def run(plan, x, w, bias):
         if threading.get_ident() != recorder.thread:
-            return original(x, w, bias, args)
-        problem = _problem_of_core_args(x, w, bias, args)
-        recorder.record(problem)
+            return original(plan, x, w, bias)
+        recorder.record(plan.problem)
         if x.device.type == "meta":
-            # No backend runs on "meta"; shapes, dtype and layout are all a capture needs.
-            return problem.empty_result(x.device)
+            # Nothing needs to run on "meta"; shapes, dtype and layout are all a capture needs.
+            return plan.problem.empty_result(x.device)
         with recorder.inside_core_call():
-            return original(x, w, bias, args)
+            return original(plan, x, w, bias)
 
-    functional.forward = forward
+    functional.Plan.run = run
     try:
         yield
     finally:
-        functional.forward = original
+        functional.Plan.run = original
 
 
 @contextlib.contextmanager

@@ -64,20 +64,44 @@ class ConvArgs:
 # ---- forward and backward through the engine ----------------------------------------------------
 
 
+class Plan:
+    """What the engine decided for one call signature: the problem, its ranking, and how to feed it.
+
+    Built once per signature (validation, normalisation and ranking happen
+    then); afterwards a call is a dictionary lookup and :meth:`run`.
+    """
+
+    __slots__ = ("args", "problem", "ranking", "layout", "bias_dtype")
+
+    def __init__(self, args: ConvArgs, problem: ConvProblem, ranking) -> None:
+        self.args, self.problem, self.ranking = args, problem, ranking
+        self.layout = problem.layout
+        self.bias_dtype = torch_dtype(problem.out_dtype)
+
+    def run(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The forward convolution (with epilogue) through the engine; no autograd."""
+        if bias is not None and (bias.dtype is not self.bias_dtype or not bias.is_contiguous()):
+            bias = bias.to(self.bias_dtype).contiguous()
+        operands = (to_layout(x, self.layout), to_layout(w, self.layout), bias)
+        return get_engine().execute(self.ranking, operands)
+
+
+def _make_plan(args: ConvArgs, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, layout: str) -> Plan:
+    check_call_tensors(x, w, bias, args.groups)
+    problem = args.problem("fwd", x.shape, w.shape, dtype_name(x.dtype), layout, bias is not None, x.device)
+    return Plan(args, problem, get_engine().ranking(problem, x.device, args.backend))
+
+
 def forward(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, args: ConvArgs) -> torch.Tensor:
-    """The forward convolution (with epilogue) through the engine; no autograd."""
-    engine = get_engine()
+    """The forward convolution for normalised arguments (the custom op's path); no autograd."""
+    calls = get_engine().calls
     layout = detect_layout(x)
-    key = (args, x.shape, x.dtype, w.shape, w.device, None if bias is None else bias.device, layout, x.device)
-    hit = engine.calls.get(key)
-    if hit is None:
-        check_call_tensors(x, w, bias, args.groups)
-        problem = args.problem("fwd", x.shape, w.shape, dtype_name(x.dtype), layout, bias is not None, x.device)
-        hit = engine.calls[key] = (problem, engine.ranking(problem, x.device, args.backend))
-    problem, ranking = hit
-    if bias is not None:
-        bias = bias.to(torch_dtype(problem.out_dtype)).contiguous()
-    return engine.execute(ranking, (to_layout(x, layout), to_layout(w, layout), bias))
+    key = (args, x.shape, x.dtype, x.device, w.shape, w.device,
+           None if bias is None else (bias.dtype, bias.device), layout)
+    plan = calls.get(key)
+    if plan is None:
+        plan = calls[key] = _make_plan(args, x, w, bias, layout)
+    return plan.run(x, w, bias)
 
 
 def _backward(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape, weight_shape, layout: str,
@@ -120,11 +144,11 @@ class _ConvFunction(torch.autograd.Function):
     """Eager autograd: the forward and both backward directions through the engine."""
 
     @staticmethod
-    def forward(ctx, x, w, bias, args: ConvArgs):
-        y = forward(x, w, bias, args)
-        ctx.args = args
-        ctx.layout = detect_layout(x)
-        ctx.save_for_backward(x, w, bias, y if args.activation else None)
+    def forward(ctx, x, w, bias, plan: Plan):
+        y = plan.run(x, w, bias)
+        ctx.args = plan.args
+        ctx.layout = plan.layout
+        ctx.save_for_backward(x, w, bias, y if plan.args.activation else None)
         return y
 
     @staticmethod
@@ -146,6 +170,10 @@ class _ConvFunction(torch.autograd.Function):
 # ---- the public functions -----------------------------------------------------------------------
 
 
+#: Device types whose autocast state is read (``torch.amp.is_autocast_available`` is not traceable by dynamo).
+_AUTOCAST_DEVICES = frozenset({"cpu", "cuda", "xpu", "mps", "hpu"})
+
+
 def _autocast_operands(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
     """The operands as autocast gives them to ``F.conv*d``: float32/16 cast to the autocast dtype.
 
@@ -154,7 +182,7 @@ def _autocast_operands(input: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     convolution runs in bf16/fp16. float64 is left alone, as autocast does.
     """
     device_type = input.device.type
-    if not (torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
+    if device_type not in _AUTOCAST_DEVICES or not torch.is_autocast_enabled(device_type):
         return input, weight, bias
     dtype = torch.get_autocast_dtype(device_type)
 
@@ -165,30 +193,57 @@ def _autocast_operands(input: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     return cast(input), cast(weight), cast(bias)
 
 
-def _convolution(ndim: int, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype,
-                 backend) -> torch.Tensor:
-    if isinstance(input, torch.Tensor) and input.dim() == ndim + 1:
-        return _convolution(ndim, input.unsqueeze(0), weight, bias, stride, padding, dilation, groups, activation,
-                            out_dtype, backend).squeeze(0)
-    if not isinstance(input, torch.Tensor) or input.dim() != ndim + 2:
-        shape = tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
-        raise ValueError(f"conv{ndim}d expects a {ndim + 2}D (batched) or {ndim + 1}D (unbatched) input; got {shape}")
-    input, weight, bias = _autocast_operands(input, weight, bias)
+def _frozen(value):
+    """A hashable form of an argument that may hold lists (``stride=[2, 2]``)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _validate(ndim: int, input, weight) -> None:
+    if input.dim() != ndim + 2:
+        raise ValueError(f"conv{ndim}d expects a {ndim + 2}D (batched) or {ndim + 1}D (unbatched) input; "
+                         f"got shape {tuple(input.shape)}")
     if weight.dtype != input.dtype:
         raise ValueError(f"input dtype {input.dtype} and weight dtype {weight.dtype} differ; cast one of them")
-    args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, backend)
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (input, weight, bias))
-    if needs_grad and args.activation and args.activation not in activations.DERIVATIVE_FROM_OUTPUT:
+
+
+def _convolution(ndim: int, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype,
+                 backend) -> torch.Tensor:
+    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and {type(weight).__name__}")
+    if input.dim() == ndim + 1:
+        return _convolution(ndim, input.unsqueeze(0), weight, bias, stride, padding, dilation, groups, activation,
+                            out_dtype, backend).squeeze(0)
+    input, weight, bias = _autocast_operands(input, weight, bias)
+    needs_grad = torch.is_grad_enabled() and (
+        input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    if needs_grad and activation is not None and activation not in activations.DERIVATIVE_FROM_OUTPUT:
+        activations.check_activation(activation)
         pre = _convolution(ndim, input, weight, bias, stride, padding, dilation, groups, None, out_dtype, backend)
-        return activations.apply(args.activation, pre)
+        return activations.apply(activation, pre)
     if torch.compiler.is_compiling():
         from .ops import call_op
 
+        _validate(ndim, input, weight)
+        args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, backend)
         return call_op(input, weight, bias, args)
+
+    layout = detect_layout(input)
+    key = (ndim, stride if isinstance(stride, int) else _frozen(stride),
+           padding if isinstance(padding, (int, str)) else _frozen(padding),
+           dilation if isinstance(dilation, int) else _frozen(dilation), groups, activation, out_dtype, backend,
+           input.shape, input.dtype, input.device, weight.shape, weight.dtype, weight.device,
+           None if bias is None else (bias.dtype, bias.device), layout)
+    calls = get_engine().calls
+    plan = calls.get(key)
+    if plan is None:
+        _validate(ndim, input, weight)
+        args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, backend)
+        plan = calls[key] = _make_plan(args, input, weight, bias, layout)
     if needs_grad:
-        return _ConvFunction.apply(input, weight, bias, args)
-    return forward(input, weight, bias, args)
+        return _ConvFunction.apply(input, weight, bias, plan)
+    return plan.run(input, weight, bias)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, activation=None, out_dtype=None,

@@ -1,15 +1,15 @@
 """Ahead-of-time compile checks: every shipped configuration of every kernel, for GPUs we do not have.
 
-``python -m conv_rdna.aot [--target gfx1100 ...] [--jobs N] [--json]`` compiles, on the CPU, each
+``python -m conv_rdna.aot [--target gfx1100 ...] [--jobs N] [--json PATH]`` compiles, on the CPU, each
 kernel specialization the configuration tables can launch (:func:`jobs`), for RDNA3 (gfx1100), RDNA4
 (gfx1201) and Hopper (sm_90), and reports what the assembly shows: the matrix instructions used
 (``v_wmma*`` / ``wgmma`` / ``mma.sync``), registers, spills, scratch and shared memory against the
 architecture's limit (``conv_core.arch.spec``). The launch arguments come from :mod:`conv_rdna.plan`,
 exactly as at run time, on a representative problem per kernel.
 
-Each configuration is compiled once: 16-bit configurations alternate between float16 and bfloat16
-(and layouts alternate) so that both dtypes and both layouts are covered without compiling every
-combination; configurations reachable by float32 problems are compiled for float32 too.
+Each configuration is compiled for every input dtype whose problems can reach it (the buckets'
+``dtypes`` conditions) and for both layouts; identical specializations (the weight gradient's split
+reduction, mostly) are compiled once.
 
 Must run without ``TRITON_INTERPRET=1`` (the kernels must be JIT functions, not interpreted ones).
 """
@@ -96,28 +96,22 @@ def _config_dtypes(tab: configs.ArchTable, family: str) -> dict[configs.TileConf
 
 
 def jobs(targets=tuple(TARGETS)) -> list[Job]:
-    """Every distinct specialization the tables of ``targets`` ship (see the module docstring)."""
+    """Every distinct specialization the tables of ``targets`` ship: each configuration of each kernel, for
+    every input dtype that can reach it and both layouts (register use differs most between layouts)."""
     found: dict[tuple, Job] = {}
     for target in targets:
         tab = configs.table(target)
-        half_turn = layout_turn = 0
         for kernel, family in plan.KERNELS.items():
             for config, dtypes in _config_dtypes(tab, family).items():
-                half = [d for d in dtypes if d != "float32"]
-                chosen = [d for d in dtypes if d == "float32"]
-                if half:
-                    chosen.insert(0, half[half_turn % len(half)])
-                    half_turn += 1
-                for dtype in chosen:
-                    layout = ("channels_last", "channels_first")[layout_turn % 2]
-                    layout_turn += 1
-                    problem = representative_problem(kernel, dtype, layout, target)
-                    launches = plan.make_plan(problem, kernel, config, tab).launches
-                    for index, launch in enumerate(launches):
-                        signature, constexprs, _ = plan.aot_specialization(launch, plan.role_dtypes(problem))
-                        key = (target, launch.name, tuple(signature.items()), tuple(constexprs.items()),
-                               launch.num_warps, launch.num_stages)
-                        found.setdefault(key, Job(target, kernel, config.name, dtype, layout, index))
+                for dtype in dtypes:
+                    for layout in ("channels_last", "channels_first"):
+                        problem = representative_problem(kernel, dtype, layout, target)
+                        launches = plan.make_plan(problem, kernel, config, tab).launches
+                        for index, launch in enumerate(launches):
+                            signature, constexprs, _ = plan.aot_specialization(launch, plan.role_dtypes(problem))
+                            key = (target, launch.name, tuple(signature.items()), tuple(constexprs.items()),
+                                   launch.num_warps, launch.num_stages)
+                            found.setdefault(key, Job(target, kernel, config.name, dtype, layout, index))
     return list(found.values())
 
 
@@ -146,12 +140,32 @@ def _ptxas_stats(log: str) -> dict:
                 scratch_bytes=int(stack.group(1)) if stack else -1)
 
 
-def compile_job(job: Job) -> dict:
-    """Compile one job; return its statistics (or the error) as a plain dict."""
+def compile_launch(launch: plan.Launch, dtypes: dict[str, str], target: str):
+    """Compile one launch for ``target``; return ``(compiled kernel, statistics dict)``."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    signature, constexprs, attrs = plan.aot_specialization(launch, dtypes)
+    backend, arch, warp = TARGETS[target]
+    log = io.StringIO()
+    triton.knobs.compilation.always_compile = True  # a cache hit would skip ptxas and its log
+    with contextlib.redirect_stdout(log):
+        if backend == "cuda":
+            triton.knobs.nvidia.dump_ptxas_log = True  # ptxas -v: registers and spills
+        compiled = triton.compile(ASTSource(launch.kernel, signature, constexprs, attrs),
+                                  target=GPUTarget(backend, arch, warp),
+                                  options=dict(num_warps=launch.num_warps, num_stages=launch.num_stages))
+    asm = compiled.asm["amdgcn" if backend == "hip" else "ptx"]
+    stats = _amd_stats(asm) if backend == "hip" else _ptxas_stats(log.getvalue())
+    if backend == "cuda" and re.search(r"^\s*\.local\b", asm, re.MULTILINE):
+        stats["scratch_bytes"] = max(stats["scratch_bytes"], 1)
+    stats.update(shared=compiled.metadata.shared, matrix=sorted(set(re.findall(MATRIX_PATTERNS[backend], asm))))
+    return compiled, stats
+
+
+def compile_job(job: Job) -> dict:
+    """Compile one job; return its statistics (or the error) as a plain dict."""
     started = time.perf_counter()
     result = dict(job=asdict(job), id=job.id, expects_matrix=job.expects_matrix_instructions,
                   shared_limit=spec(job.target).shared_memory_bytes)
@@ -160,22 +174,8 @@ def compile_job(job: Job) -> dict:
         config = _find_config(tab, job.kernel, job.config)
         problem = representative_problem(job.kernel, job.dtype, job.layout, job.target)
         launch = plan.make_plan(problem, job.kernel, config, tab).launches[job.launch]
-        signature, constexprs, attrs = plan.aot_specialization(launch, plan.role_dtypes(problem))
-        backend, arch, warp = TARGETS[job.target]
-        log = io.StringIO()
-        with contextlib.redirect_stdout(log):
-            if backend == "cuda":
-                triton.knobs.nvidia.dump_ptxas_log = True  # ptxas -v: registers and spills
-            compiled = triton.compile(ASTSource(launch.kernel, signature, constexprs, attrs),
-                                      target=GPUTarget(backend, arch, warp),
-                                      options=dict(num_warps=launch.num_warps, num_stages=launch.num_stages))
-        asm = compiled.asm["amdgcn" if backend == "hip" else "ptx"]
-        stats = _amd_stats(asm) if backend == "hip" else _ptxas_stats(log.getvalue())
-        if backend == "cuda" and re.search(r"^\s*\.local\b", asm, re.MULTILINE):
-            stats["scratch_bytes"] = max(stats["scratch_bytes"], 1)
-        matrix = sorted(set(re.findall(MATRIX_PATTERNS[backend], asm)))
-        result.update(ok=True, shared=compiled.metadata.shared, matrix=matrix,
-                      estimated_shared=config.shared_bytes(job.dtype) if job.launch == 0 else 0, **stats)
+        _, stats = compile_launch(launch, plan.role_dtypes(problem), job.target)
+        result.update(ok=True, estimated_shared=config.shared_bytes(job.dtype) if job.launch == 0 else 0, **stats)
     except Exception as exc:  # reported per job; the test fails on it
         result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000])
     result["seconds"] = round(time.perf_counter() - started, 2)
@@ -214,24 +214,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conv_rdna.aot", description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", action="append", choices=sorted(TARGETS), help="repeatable; default: all")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes")
-    parser.add_argument("--json", action="store_true", help="print one JSON list of results")
+    parser.add_argument("--json", metavar="PATH", help="also write the results to PATH as a JSON list")
     args = parser.parse_args(argv)
     if plan.interpreting():
         parser.error("unset TRITON_INTERPRET: the compile checks need Triton's compiler, not its interpreter")
     results = compile_all(jobs(tuple(args.target or TARGETS)), args.jobs)
     if args.json:
-        json.dump(results, sys.stdout)
-        print()
-    else:
-        print(f"{'job':64} {'regs':>5} {'spill':>5} {'scr':>4} {'shared':>7} {'limit':>7}  matrix / issues")
-        for r in results:
-            if not r.get("ok"):
-                print(f"{r['id']:64} FAILED {r.get('error', '')[:200]}")
-                continue
-            issues = problems_of(r)
-            print(f"{r['id']:64} {r['registers']:5} {r['spills']:5} {r['scratch_bytes']:4} {r['shared']:7} "
-                  f"{r['shared_limit']:7}  {','.join(m.split('.')[0] for m in r['matrix'][:1]) or '-'} "
-                  f"{'; '.join(issues)}")
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=0)
+    print(f"{'job':64} {'regs':>5} {'spill':>5} {'scr':>4} {'shared':>7} {'limit':>7}  matrix / issues")
+    for r in results:
+        if not r.get("ok"):
+            print(f"{r['id']:64} FAILED {r.get('error', '')[:200]}")
+            continue
+        matrix = r["matrix"][0].split(".")[0] if r["matrix"] else "-"
+        print(f"{r['id']:64} {r['registers']:5} {r['spills']:5} {r['scratch_bytes']:4} {r['shared']:7} "
+              f"{r['shared_limit']:7}  {matrix} {'; '.join(problems_of(r))}")
     return 1 if any(problems_of(r) for r in results) else 0
 
 
