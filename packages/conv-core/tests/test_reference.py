@@ -24,13 +24,6 @@ CPU = torch.device("cpu")
 TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_cpu_thread():
-    """Tiny problems: one thread avoids OpenMP synchronisation, which is very slow on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def problem(direction="fwd", **fields) -> ConvProblem:

@@ -77,24 +77,6 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str) -> C
     return problem.with_direction("bwd_data" if kernel == "bwd_data_phased" else "bwd_weight")
 
 
-def _config_dtypes(tab: configs.ArchTable, family: str) -> dict[configs.TileConfig, list[str]]:
-    """Each configuration of a family and the input dtypes whose problems can reach it.
-
-    A bucket conditioned on dtypes alone (or on nothing) takes every problem of its dtypes, so later
-    buckets never see those dtypes.
-    """
-    reach: dict[configs.TileConfig, set[str]] = {}
-    open_dtypes = set(configs.DTYPES)
-    for bucket in tab.families[family]:
-        dtypes = open_dtypes & set(bucket.when.get("dtypes", configs.DTYPES))
-        reach.setdefault(bucket.config, set()).update(dtypes)
-        if set(bucket.when) <= {"dtypes"}:
-            open_dtypes -= dtypes
-    for config in tab.layers.get(family, {}).values():
-        reach.setdefault(config, set()).update(configs.DTYPES)
-    return {config: [d for d in configs.DTYPES if d in dtypes] for config, dtypes in reach.items() if dtypes}
-
-
 def jobs(targets=tuple(TARGETS)) -> list[Job]:
     """Every distinct specialization the tables of ``targets`` ship: each configuration of each kernel, for
     every input dtype that can reach it and both layouts (register use differs most between layouts)."""
@@ -102,7 +84,7 @@ def jobs(targets=tuple(TARGETS)) -> list[Job]:
     for target in targets:
         tab = configs.table(target)
         for kernel, family in plan.KERNELS.items():
-            for config, dtypes in _config_dtypes(tab, family).items():
+            for config, dtypes in configs.reachable_dtypes(tab, family).items():
                 for dtype in dtypes:
                     for layout in ("channels_last", "channels_first"):
                         problem = representative_problem(kernel, dtype, layout, target)

@@ -192,6 +192,24 @@ def shared_memory_limit(name: str) -> int | None:
     return spec(name).shared_memory_bytes
 
 
+def reachable_dtypes(tab: ArchTable, family: str) -> dict[TileConfig, list[str]]:
+    """Each configuration of a family and the input dtypes whose problems can reach it.
+
+    A bucket conditioned on dtypes alone (or on nothing) takes every problem of its dtypes, so later
+    buckets never see those dtypes. Exact-layer entries may be reached by any dtype.
+    """
+    reach: dict[TileConfig, set[str]] = {}
+    open_dtypes = set(DTYPES)
+    for bucket in tab.families[family]:
+        dtypes = open_dtypes & set(bucket.when.get("dtypes", DTYPES))
+        reach.setdefault(bucket.config, set()).update(dtypes)
+        if set(bucket.when) <= {"dtypes"}:
+            open_dtypes -= dtypes
+    for config in tab.layers.get(family, {}).values():
+        reach.setdefault(config, set()).update(DTYPES)
+    return {config: [d for d in DTYPES if d in dtypes] for config, dtypes in reach.items() if dtypes}
+
+
 # ---- choosing -------------------------------------------------------------------------------------
 
 

@@ -18,8 +18,8 @@ TARGETS = ("gfx1100", "gfx1151", "gfx1200", "gfx1201", "sm_90")
 
 @hookimpl
 def conv_core_backend_info() -> BackendInfo:
-    return BackendInfo(BACKEND, __version__, TARGETS,
-                       "Triton implicit-GEMM convolutions for AMD RDNA3/RDNA4 (wave32, WMMA), portable to any Triton GPU")
+    return BackendInfo(BACKEND, __version__, TARGETS, "Triton implicit-GEMM convolutions for AMD RDNA3/RDNA4 "
+                       "(wave32, WMMA), portable to any Triton GPU")
 
 
 @hookimpl
