@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
 from conv_rdna import configs, launch, plan
 
+DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
 SMALL = configs.TileConfig(16, 16, 16, 2, 4, 1)
 LAYOUTS = ("channels_first", "channels_last")
 
@@ -31,8 +33,8 @@ def table(splits: int | None = None) -> configs.ArchTable:
 def check(problem: ConvProblem, kernel: str, config: configs.TileConfig = SMALL, tab=None, seed: int = 0):
     """Run ``kernel`` on random operands into a NaN-poisoned ``out``; compare with the reference."""
     p = plan.make_plan(problem, kernel, config, tab or table())
-    operands = random_operands(problem, "cpu", seed)
-    out = problem.empty_result("cpu").fill_(math.nan)
+    operands = random_operands(problem, DEVICE, seed)
+    out = problem.empty_result(DEVICE).fill_(math.nan)
     assert launch.run(problem, p, *operands, out=out) is out
     result = compare(problem, out, operands)
     assert result.ok, result.message
@@ -71,7 +73,7 @@ def test_implicit_gemm(name, dtype, layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_implicit_gemm_bfloat16_under_the_interpreter(layout):
     """bf16 operands are upcast before tl.dot and rounded (not truncated) on store when interpreted."""
-    assert plan.interpreting()
+    assert plan.interpreting() == (DEVICE == "cpu")
     check(fwd(dtype="bfloat16", layout=layout, **FORWARD["c5k3-s2-asym-relu"]), "implicit_gemm")
 
 
@@ -170,11 +172,11 @@ def test_bwd_weight_more_splits_than_blocks_are_dropped():
 def test_strided_out_and_operands_in_the_other_layout():
     problem = fwd(dtype="float32", layout="channels_last", **FORWARD["c5k3-s2-asym-relu"])
     p = plan.make_plan(problem, "implicit_gemm", SMALL, table())
-    x, w, bias = random_operands(problem, "cpu", 3)
+    x, w, bias = random_operands(problem, DEVICE, 3)
     expected = launch.run(problem, p, x, w, bias)
     x_cf, w_cf = x.contiguous(), w.contiguous()  # channels-first copies of channels-last operands
     big = torch.full((problem.batch, problem.out_channels, 2 * problem.output_size[0], problem.output_size[1]),
-                     math.nan)
+                     math.nan, device=DEVICE)
     out = big[:, :, ::2]  # dense in no layout
     assert launch.run(problem, p, x_cf, w_cf, bias, out=out) is out
     assert torch.equal(out, expected)

@@ -43,6 +43,23 @@ TARGETS = {
 MATRIX_PATTERNS = {"hip": r"\bv_wmma_\w+", "cuda": r"\bwgmma\.mma_async[\w.]*|\bmma\.sync[\w.]*"}
 
 
+#: Forward geometries the jobs compile on. ``mid``: every configuration, every dtype and layout. The
+#: others catch what Triton's JIT specializes at run time (integer arguments equal to 1 become
+#: constants): 1D problems (height 1, height stride 0) with few and many channels, a unit-channel image
+#: row, a 1x1 filter with stride 2; they are compiled once per kernel and target, with the configuration
+#: the table picks for them.
+SHAPES = {
+    "mid": dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), filter_size=3, padding=1),
+    "conv1d": dict(batch=2, in_channels=8, out_channels=8, input_size=(30,), filter_size=3, stride=2, padding=1),
+    "conv1d-wide": dict(batch=4, in_channels=256, out_channels=256, input_size=(64,), filter_size=3, padding=1),
+    "unit": dict(batch=1, in_channels=1, out_channels=1, input_size=(1, 30), filter_size=(1, 3)),
+    "1x1-s2": dict(batch=2, in_channels=8, out_channels=8, input_size=(15, 15), filter_size=1, stride=2),
+}
+#: (dtype, layout) of the edge shapes.
+EDGE_SHAPES = {"conv1d": ("float16", "channels_last"), "conv1d-wide": ("bfloat16", "channels_first"),
+               "unit": ("bfloat16", "channels_last"), "1x1-s2": ("float16", "channels_first")}
+
+
 @dataclass(frozen=True)
 class Job:
     """One kernel specialization to compile for one target."""
@@ -53,11 +70,13 @@ class Job:
     dtype: str
     layout: str
     launch: int  # index of the launch in the plan (1: the split reduction)
+    shape: str = "mid"
 
     @property
     def id(self) -> str:
         what = self.kernel if self.launch == 0 else f"{self.kernel}.reduce"
-        return f"{self.target}-{what}-{self.config}-{plan.TRITON_DTYPE[self.dtype]}-{self.layout[9:]}"
+        shape = "" if self.shape == "mid" else f"-{self.shape}"
+        return f"{self.target}-{what}{shape}-{self.config}-{plan.TRITON_DTYPE[self.dtype]}-{self.layout[9:]}"
 
     @property
     def expects_matrix_instructions(self) -> bool:
@@ -65,35 +84,44 @@ class Job:
         return self.launch == 0 and self.dtype != "float32"
 
 
-def representative_problem(kernel: str, dtype: str, layout: str, arch: str) -> ConvProblem:
-    """A mid-sized problem the kernel applies to, with the full epilogue for forward kernels."""
-    base = dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), dtype=dtype, layout=layout, arch=arch)
+def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shape: str = "mid") -> ConvProblem | None:
+    """The problem of geometry ``shape`` in the kernel's direction (forward: with bias and gelu);
+    None if the kernel does not apply (``gemm1x1`` takes the geometry with a 1x1 filter, stride 1)."""
+    fields = dict(SHAPES[shape], dtype=dtype, layout=layout, arch=arch)
     if kernel == "gemm1x1":
-        return ConvProblem("fwd", filter_size=1, stride=1, padding=0, dilation=1, bias=True, activation="gelu",
-                           **base)
-    problem = ConvProblem("fwd", filter_size=3, stride=1, padding=1, dilation=1, **base)
-    if kernel == "implicit_gemm":
+        if shape == "1x1-s2":
+            return None
+        fields.update(filter_size=1, stride=1, padding=0)
+    problem = ConvProblem("fwd", **{"stride": 1, "padding": 0, "dilation": 1, **fields})
+    if kernel in ("implicit_gemm", "gemm1x1"):
         return problem.replace(bias=True, activation="gelu")
     return problem.with_direction("bwd_data" if kernel == "bwd_data_phased" else "bwd_weight")
 
 
 def jobs(targets=tuple(TARGETS)) -> list[Job]:
     """Every distinct specialization the tables of ``targets`` ship: each configuration of each kernel, for
-    every input dtype that can reach it and both layouts (register use differs most between layouts)."""
+    every input dtype that can reach it and both layouts (register use differs most between layouts), on the
+    ``mid`` geometry; plus each kernel on the edge geometries (:data:`SHAPES`)."""
     found: dict[tuple, Job] = {}
+
+    def add(target, tab, kernel, config, problem, shape):
+        for index, launch in enumerate(plan.make_plan(problem, kernel, config, tab).launches):
+            signature, constexprs, _ = plan.aot_specialization(launch, plan.role_dtypes(problem))
+            key = (target, launch.name, tuple(signature.items()), tuple(constexprs.items()), launch.num_warps,
+                   launch.num_stages)
+            found.setdefault(key, Job(target, kernel, config.name, problem.dtype, problem.layout, index, shape))
+
     for target in targets:
         tab = configs.table(target)
         for kernel, family in plan.KERNELS.items():
             for config, dtypes in configs.reachable_dtypes(tab, family).items():
                 for dtype in dtypes:
                     for layout in ("channels_last", "channels_first"):
-                        problem = representative_problem(kernel, dtype, layout, target)
-                        launches = plan.make_plan(problem, kernel, config, tab).launches
-                        for index, launch in enumerate(launches):
-                            signature, constexprs, _ = plan.aot_specialization(launch, plan.role_dtypes(problem))
-                            key = (target, launch.name, tuple(signature.items()), tuple(constexprs.items()),
-                                   launch.num_warps, launch.num_stages)
-                            found.setdefault(key, Job(target, kernel, config.name, dtype, layout, index))
+                        add(target, tab, kernel, config, representative_problem(kernel, dtype, layout, target), "mid")
+            for shape, (dtype, layout) in EDGE_SHAPES.items():
+                problem = representative_problem(kernel, dtype, layout, target, shape)
+                if problem is not None:
+                    add(target, tab, kernel, configs.select(tab, family, problem), problem, shape)
     return list(found.values())
 
 
@@ -154,7 +182,7 @@ def compile_job(job: Job) -> dict:
     try:
         tab = configs.table(job.target)
         config = _find_config(tab, job.kernel, job.config)
-        problem = representative_problem(job.kernel, job.dtype, job.layout, job.target)
+        problem = representative_problem(job.kernel, job.dtype, job.layout, job.target, job.shape)
         launch = plan.make_plan(problem, job.kernel, config, tab).launches[job.launch]
         _, stats = compile_launch(launch, plan.role_dtypes(problem), job.target)
         result.update(ok=True, estimated_shared=config.shared_bytes(job.dtype) if job.launch == 0 else 0, **stats)
