@@ -18,7 +18,7 @@ for stage in "$@"; do
     core)  # aten alone: the core's own behaviour, whatever plugins are installed
       export CONV_CORE_PLUGINS=aten
       python3 scripts/gpu_core_checks.py "$out" 2>&1 | tee "$out/core_checks.txt" || status=1
-      conv-core check --device cuda --backend aten --dtypes bf16,fp16,fp32 2>&1 | tail -5 | tee "$out/check_aten.txt" || status=1
+      conv-core check --device cuda --backend aten --dtypes bf16,fp16,fp32 2>&1 | tail -12 | tee "$out/check_aten.txt" || status=1
       conv-core bench --suite resnet50 --batch 32 --dtype bf16 --layout nhwc --direction fwd --reps 50 \
         --csv "$out/resnet50_fwd.csv" --json "$out/resnet50_fwd.json" --png "$out/resnet50_fwd.png" \
         2>&1 | tee "$out/resnet50_fwd.txt" || status=1
