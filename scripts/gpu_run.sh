@@ -3,7 +3,10 @@
 # Usage: bash scripts/gpu_run.sh OUT_DIR STAGE...   (results land in OUT_DIR)
 #   core : conv-core's GPU checks (aten vs F.conv2d, torch.compile, CUDA graphs, host overhead),
 #          the conformance kit on aten, and the ResNet-50 forward bench with its chart
-#   rdna : the conformance kit on conv-rdna, then the suites benchmarked in every direction and layout
+#   check:NAME : the conformance kit on backend NAME, then its candidates on the suites' real sizes
+#   bench:NAME : the suites benchmarked in every direction and layout (estimates only, no tuning data),
+#                the target report, then `conv-core tune` to measure the tables NAME and aten ship;
+#                raw files are packed into OUT_DIR/bench_NAME.tgz (the device returns few files)
 set -uo pipefail
 out=${1:?output folder}; shift
 mkdir -p "$out"
@@ -24,8 +27,39 @@ for stage in "$@"; do
         2>&1 | tee "$out/resnet50_fwd.txt" || status=1
       unset CONV_CORE_PLUGINS
       ;;
-    rdna)
-      conv-core check --device cuda --backend rdna 2>&1 | tail -20 | tee "$out/check_rdna.txt" || status=1
+    check:*)
+      name=${stage#check:}
+      conv-core check --device cuda --backend "$name" --dtypes bf16,fp16,fp32 2>&1 | tail -12 \
+        | tee "$out/check_$name.txt" || status=1
+      python3 scripts/gpu_suite_checks.py --backend "$name" --out "$out" 2>&1 | tee "$out/suite_checks_$name.txt" \
+        || status=1
+      ;;
+    bench:*)
+      name=${stage#bench:}
+      work=$(mktemp -d)
+      for spec in resnet50:32 sd_vae_decoder:1 retinanet_head:2; do
+        for direction in fwd bwd_data bwd_weight; do
+          for layout in nhwc nchw; do
+            tag=${spec%%:*}_${direction}_${layout}
+            CONV_CORE_TUNING_DB=$work/empty.json conv-core bench --suite "${spec%%:*}" --batch "${spec##*:}" \
+              --dtype bf16 --layout $layout --direction $direction --reps 30 --json "$work/$tag.json" \
+              > "$work/$tag.txt" 2>&1 || status=1
+            tail -1 "$work/$tag.txt"
+          done
+        done
+      done
+      python3 scripts/bench_report.py --backend "$name" --title "conv-$name on $(nvidia-smi --query-gpu=name \
+        --format=csv,noheader | head -1)" --out "$work/report_$name.md" "$work"/*_*_*.json || status=1
+      for spec in resnet50:32 sd_vae_decoder:1 retinanet_head:2; do
+        for direction in fwd bwd_data bwd_weight; do
+          for layout in nhwc nchw; do
+            conv-core tune --suite "${spec%%:*}" --batch "${spec##*:}" --dtype bf16 --layout $layout \
+              --direction $direction --reps 30 --db "$work/tuning.json" > /dev/null 2>&1 || status=1
+          done
+        done
+      done
+      python3 scripts/split_tables.py "$work/tuning.json" "$work/tables" || status=1
+      tar czf "$out/bench_$name.tgz" -C "$work" .
       ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac

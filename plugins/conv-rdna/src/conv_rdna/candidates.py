@@ -99,9 +99,10 @@ def tags(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, device: tor
 
 def tile_utilization(problem: ConvProblem, p: plan.Plan) -> float:
     """Fraction of the matrix work in the tiles that is real (the rest multiplies padding)."""
-    view = configs.gemm_view(problem, plan.KERNELS[p.kernel])
+    family = plan.KERNELS[p.kernel]
+    view = configs.gemm_view(problem, family)
     c = p.config
-    red_block = c.block_k if p.kernel != "bwd_weight_split" and p.kernel != "bwd_weight_atomic" else 1
+    red_block = 1 if family == "bwd_weight" else c.block_k  # pixel blocks: only the last one is partial
     used = 1.0
     for size, block in ((view["m"], c.block_m), (view["n"], c.block_n), (view["red"], red_block)):
         used *= size / (math.ceil(size / block) * block)

@@ -181,7 +181,8 @@ def table_for(arch: str, interpreted: bool) -> ArchTable:
 def shared_memory_limit(name: str) -> int | None:
     """The shared-memory limit a table must respect: its architecture's (None for the interpreter).
 
-    The ``default`` table must fit the smallest limit of any GPU architecture conv-core knows.
+    The ``default`` table must fit the smallest limit of any architecture conv-core knows (its stand-in
+    ``generic`` entry included).
     """
     from conv_core.arch import known_architectures
 

@@ -251,9 +251,10 @@ def _bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: Arch
         target, workspace, zero = ("out", 0, "out") if float32_result else ("workspace", numel, "workspace")
     else:
         target, workspace, zero = ("out", 0, None) if split == 1 else ("workspace", split * numel, None)
-    so = strides_nchw(problem.weight_shape, problem.layout)
-    scalars = {**_conv_scalars(g), "PIX_PER_SPLIT": per_split, **_named("sx", strides_nchw(problem.input_shape,
-               problem.layout)), **_named("sdy", strides_nchw(problem.output_shape, problem.layout)),
+    sx = strides_nchw(problem.input_shape, problem.layout)
+    sdy = strides_nchw(problem.output_shape, problem.layout)
+    so = strides_nchw(problem.weight_shape, problem.layout)  # the workspace slices are laid out like dw
+    scalars = {**_conv_scalars(g), "PIX_PER_SPLIT": per_split, **_named("sx", sx), **_named("sdy", sdy),
                "so_split": numel if (target == "workspace" and not atomic) else 0,
                **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
     grid = (_cdiv(g.cout, config.block_m) * _cdiv(g.cin, config.block_n) * g.r * g.s, g.groups, split)

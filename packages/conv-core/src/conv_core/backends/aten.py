@@ -8,6 +8,9 @@ explicitly and, for the data gradient, cropping the result.
 
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
@@ -25,6 +28,16 @@ _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 @hookimpl
 def conv_core_backend_info() -> BackendInfo:
     return BackendInfo(NAME, __version__, ("any",), "PyTorch's native convolution (cuDNN, MIOpen, oneDNN)")
+
+
+@hookimpl
+def conv_core_tuning_tables() -> list[Path]:
+    """aten's own measured times (``data/tables/aten_<arch>.json``), so that plugins' measured
+    times are ranked against aten's measured times, not against its estimate."""
+    folder = resources.files("conv_core").joinpath("data/tables")
+    if not folder.is_dir():
+        return []
+    return sorted(Path(str(item)) for item in folder.iterdir() if item.name.startswith("aten_"))
 
 
 @hookimpl
