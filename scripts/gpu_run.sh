@@ -4,9 +4,10 @@
 #   core : conv-core's GPU checks (aten vs F.conv2d, torch.compile, CUDA graphs, host overhead),
 #          the conformance kit on aten, and the ResNet-50 forward bench with its chart
 #   check:NAME : the conformance kit on backend NAME, then its candidates on the suites' real sizes
-#   bench:NAME : the suites benchmarked in every direction and layout (estimates only, no tuning data),
-#                the target report, then `conv-core tune` to measure the tables NAME and aten ship;
-#                raw files are packed into OUT_DIR/bench_NAME.tgz (the device returns few files)
+#   bench:NAME : the suites benchmarked in every direction and layout (no tuning database) and the
+#                target report; raw files packed into OUT_DIR/bench_NAME.tgz (the device returns few files)
+#   tune:NAME  : `conv-core tune` over the same suites, split into the tables NAME and aten ship
+#                (OUT_DIR/tune_NAME.tgz)
 set -uo pipefail
 out=${1:?output folder}; shift
 mkdir -p "$out"
@@ -50,16 +51,21 @@ for stage in "$@"; do
       done
       python3 scripts/bench_report.py --backend "$name" --title "conv-$name on $(nvidia-smi --query-gpu=name \
         --format=csv,noheader | head -1)" --out "$work/report_$name.md" "$work"/*_*_*.json || status=1
+      cp "$work/report_$name.md" "$out/" && tar czf "$out/bench_$name.tgz" -C "$work" .
+      ;;
+    tune:*)
+      name=${stage#tune:}
+      work=$(mktemp -d)
       for spec in resnet50:32 sd_vae_decoder:1 retinanet_head:2; do
         for direction in fwd bwd_data bwd_weight; do
           for layout in nhwc nchw; do
             conv-core tune --suite "${spec%%:*}" --batch "${spec##*:}" --dtype bf16 --layout $layout \
-              --direction $direction --reps 30 --db "$work/tuning.json" > /dev/null 2>&1 || status=1
+              --direction $direction --reps 30 --db "$work/tuning.json" >> "$work/tune.log" 2>&1 || status=1
           done
         done
       done
       python3 scripts/split_tables.py "$work/tuning.json" "$work/tables" || status=1
-      tar czf "$out/bench_$name.tgz" -C "$work" .
+      tar czf "$out/tune_$name.tgz" -C "$work" .
       ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
