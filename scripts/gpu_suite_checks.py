@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     device = torch.device("cuda")
     registry = get_engine().registry
     results, start = [], time.time()
+    path = f"{args.out}/suite_checks_{args.backend}.json"
     for suite, layer, problem in cases(args, device):
         candidates, declined = registry.candidates(problem, device, only=args.backend)
         for candidate in candidates:
@@ -76,9 +77,10 @@ def main(argv=None) -> int:
         if not candidates:
             results.append({"suite": suite, "layer": layer, "problem": problem.key, "kernel": None, "ok": None,
                             "declined": [d.reason for d in declined]})
-    with open(f"{args.out}/suite_checks_{args.backend}.json", "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "seconds": time.time() - start, "results": results}, f,
-                  indent=1)
+        print(f"{time.time() - start:7.1f}s {problem.key}: {len(candidates)} candidates", flush=True)
+        with open(path, "w") as f:  # rewritten after every problem, so a time-out keeps what was checked
+            json.dump({"device": torch.cuda.get_device_name(), "seconds": time.time() - start, "results": results},
+                      f, indent=1)
     return report(results)
 
 
