@@ -6,8 +6,8 @@
 #   check:NAME : the conformance kit on backend NAME, then its candidates on the suites' real sizes
 #   bench:NAME : the suites benchmarked in every direction and layout (no tuning database) and the
 #                target report; raw files packed into OUT_DIR/bench_NAME.tgz (the device returns few files)
-#   tune:NAME  : `conv-core tune` over the same suites, split into the tables NAME and aten ship
-#                (OUT_DIR/tune_NAME.tgz)
+#   tune:NAME  : `conv-core tune` over the same suites, split into the tables NAME and aten ship,
+#                installed into the packages for the stages after it (OUT_DIR/tune_NAME.tgz)
 set -uo pipefail
 out=${1:?output folder}; shift
 mkdir -p "$out"
@@ -33,7 +33,7 @@ for stage in "$@"; do
       conv-core check --device cuda --backend "$name" --dtypes bf16,fp16,fp32 2>&1 | tail -12 \
         | tee "$out/check_$name.txt" || status=1
       python3 scripts/gpu_suite_checks.py --backend "$name" --out "$out" \
-        --suites resnet50:2,sd_vae_decoder:1,retinanet_head:1 \
+        --suites resnet50:2,sd_vae_decoder:1,retinanet_head:1 ${SUITE_CHECK_ARGS:-} \
         2>&1 | tee "$out/suite_checks_$name.txt" || status=1
       ;;
     bench:*)
@@ -67,6 +67,10 @@ for stage in "$@"; do
         done
       done
       python3 scripts/split_tables.py "$work/tuning.json" "$work/tables" || status=1
+      # install them where the packages ship them, so later stages of this run rank on them too
+      mkdir -p packages/conv-core/src/conv_core/data/tables "plugins/conv-$name/src/conv_$name/data/tables"
+      cp "$work"/tables/aten_*.json packages/conv-core/src/conv_core/data/tables/
+      cp "$work"/tables/"${name}"_*.json "plugins/conv-$name/src/conv_$name/data/tables/"
       tar czf "$out/tune_$name.tgz" -C "$work" .
       ;;
     *) echo "unknown stage $stage"; status=2 ;;

@@ -13,16 +13,30 @@ from conv_rdna import candidates, configs, plan
 
 TABLES = configs.table_names()
 GPU_TABLES = [name for name in TABLES if name != configs.INTERPRETER]
-FAMILY_DIRECTION = {"implicit_gemm": "fwd", "gemm1x1": "fwd", "bwd_data": "bwd_data", "bwd_weight": "bwd_weight"}
+FAMILY_DIRECTION = {"implicit_gemm": "fwd", "gemm1x1": "fwd", "bwd_data": "bwd_data", "bwd_weight": "bwd_weight",
+                    "depthwise_fwd": "fwd", "depthwise_bwd_data": "bwd_data", "depthwise_bwd_weight": "bwd_weight",
+                    "few_channels_in": "fwd", "few_channels_out": "fwd", "winograd": "fwd"}
 
 
 def sweep(family: str):
     """Problems of many sizes for a family: channels from 1 to 512, small and large images, all dtypes."""
     direction = FAMILY_DIRECTION[family]
+    if family in configs.DEPTHWISE_FAMILIES:
+        yield from depthwise_sweep(direction)
+        return
     channels = (1, 3, 8, 16, 24, 32, 48, 64, 128, 512)
     for cin, cout, (batch, size), dtype in itertools.product(channels, channels, ((1, 7), (8, 56)), configs.DTYPES):
         filter_size = 1 if family == "gemm1x1" else 3
         yield ConvProblem("fwd", batch, cin, cout, (size, size), filter_size, 1, filter_size // 2, 1, dtype=dtype,
+                          arch="gfx1100").with_direction(direction)
+
+
+def depthwise_sweep(direction: str):
+    """Depthwise problems (groups = channels): 1 to 768 channels, 1x5 to 7x7 filters, both layouts, all dtypes."""
+    shapes = ((1, 7), (8, 56))
+    for c, f, (batch, size), dtype, layout in itertools.product((1, 8, 72, 96, 768), (3, 5, 7, (1, 5)), shapes,
+                                                               configs.DTYPES, ("channels_first", "channels_last")):
+        yield ConvProblem("fwd", batch, c, c, (size, size), f, 1, "same", 1, groups=c, dtype=dtype, layout=layout,
                           arch="gfx1100").with_direction(direction)
 
 
@@ -139,3 +153,21 @@ def test_split_rule_bounds(name):
         assert 1 <= splits <= tab.split.max_split
         assert splits == 1 or blocks // splits >= tab.split.min_blocks_per_split
         assert splits * channels * channels * 9 <= plan.INT32_ELEMENTS
+
+
+def test_sweep_marks_only_its_own_families_measured():
+    """The offline sweep timed the general families on the H100: they lose the experimental tag there;
+    families it never timed keep it."""
+    tab = configs.table("sm_90")
+    swept = configs._swept("sm_90")
+    assert swept["measured"] and swept["device"].startswith("NVIDIA H100")
+    for family in configs.FAMILIES:
+        assert tab.is_measured(family) == (family in swept["layers"])
+
+
+def test_exact_layers_are_reached_by_their_own_dtype_only():
+    tab = configs.table("sm_90")
+    for family, layers in tab.layers.items():
+        reach = configs.reachable_dtypes(tab, family)
+        for key, config in layers.items():
+            assert configs._layer_dtype(key) in reach[config]

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
 
-from . import configs, plan
+from . import configs, plan, winograd
 
 #: Compile targets: arch name -> (Triton backend, arch, warp size).
 TARGETS = {
@@ -54,10 +54,32 @@ SHAPES = {
     "conv1d-wide": dict(batch=4, in_channels=256, out_channels=256, input_size=(64,), filter_size=3, padding=1),
     "unit": dict(batch=1, in_channels=1, out_channels=1, input_size=(1, 30), filter_size=(1, 3)),
     "1x1-s2": dict(batch=2, in_channels=8, out_channels=8, input_size=(15, 15), filter_size=1, stride=2),
+    # Depthwise geometries (groups = in_channels), for the depthwise kernels only: a ConvNeXt block, a
+    # MobileNet 5x5 stride-2 layer (their weight-gradient buckets differ by filter size), multiplier 2.
+    "dw7x7": dict(batch=4, in_channels=96, out_channels=96, input_size=(28, 28), filter_size=7, padding=3),
+    "dw5x5-s2": dict(batch=8, in_channels=72, out_channels=72, input_size=(28, 28), filter_size=5, stride=2,
+                     padding=2),
+    "dw-mult2": dict(batch=2, in_channels=16, out_channels=32, input_size=(15, 15), filter_size=3, stride=2,
+                     padding=1),
+    # Winograd only: one image (batch 1), asymmetric padding, wider channels.
+    "wino-b1": dict(batch=1, in_channels=128, out_channels=192, input_size=(30, 29), filter_size=3,
+                    padding=((0, 2), (2, 0))),
 }
+#: Geometries the depthwise kernels' configurations are compiled on: for each configuration, dtype and
+#: layout, every one whose table choice is that configuration (so a 7x7 weight-gradient bucket is
+#: compiled with 49 taps, a bucket for one layout only in that layout, and a forward configuration both
+#: sliding along W at stride 1 and not at stride 2). A configuration no geometry reaches is not
+#: compiled, which test_every_shipped_configuration_is_compiled reports.
+DEPTHWISE_SHAPES = ("mid", "dw5x5-s2", "dw7x7")
 #: (dtype, layout) of the edge shapes.
 EDGE_SHAPES = {"conv1d": ("float16", "channels_last"), "conv1d-wide": ("bfloat16", "channels_first"),
-               "unit": ("bfloat16", "channels_last"), "1x1-s2": ("float16", "channels_first")}
+               "unit": ("bfloat16", "channels_last"), "1x1-s2": ("float16", "channels_first"),
+               "dw-mult2": ("bfloat16", "channels_last"), "wino-b1": ("bfloat16", "channels_last")}
+
+#: Kernels whose plans run several kernels around one matrix multiply: the name of each launch (in job
+#: ids) and the index of the matrix multiply (the launch that must use the matrix units).
+LAUNCH_NAMES = {winograd.KERNEL: winograd.LAUNCHES}
+MATRIX_LAUNCH = {winograd.KERNEL: winograd.GEMM_LAUNCH}
 
 
 @dataclass(frozen=True)
@@ -75,27 +97,56 @@ class Job:
     @property
     def id(self) -> str:
         what = self.kernel if self.launch == 0 else f"{self.kernel}.reduce"
+        if self.kernel in LAUNCH_NAMES:
+            what = f"{self.kernel}.{LAUNCH_NAMES[self.kernel][self.launch]}"
         shape = "" if self.shape == "mid" else f"-{self.shape}"
         return f"{self.target}-{what}{shape}-{self.config}-{plan.TRITON_DTYPE[self.dtype]}-{self.layout[9:]}"
 
     @property
     def expects_matrix_instructions(self) -> bool:
-        """16-bit dots must use the matrix units (float32 runs exact FMA; the reduction has no dot)."""
-        return self.launch == 0 and self.dtype != "float32"
+        """16-bit dots must use the matrix units (float32 runs exact FMA; the reduction has no dot).
+
+        Not the depthwise kernels: one input channel per output channel leaves no reduction across
+        channels, so they are FMA stencils by design and no matrix instruction is expected."""
+        if self.kernel in plan.DEPTHWISE_KERNELS:
+            return False
+        return self.launch == MATRIX_LAUNCH.get(self.kernel, 0) and self.dtype != "float32"
+
+
+#: Forward kernels offered only for few channels per group, and which channel count is few.
+FEW_CHANNELS = {"few_channels_in": "in_channels", "few_channels_out": "out_channels"}
 
 
 def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shape: str = "mid") -> ConvProblem | None:
     """The problem of geometry ``shape`` in the kernel's direction (forward: with bias and gelu);
     None if the kernel does not apply (``gemm1x1`` takes the geometry with a 1x1 filter, stride 1)."""
+    depthwise = kernel in plan.DEPTHWISE_KERNELS
+    if shape.startswith("dw") and not depthwise:
+        return None
+    if shape.startswith("wino") and kernel != winograd.KERNEL:
+        return None
     fields = dict(SHAPES[shape], dtype=dtype, layout=layout, arch=arch)
+    if depthwise:  # every geometry as a depthwise one
+        fields["groups"] = fields["in_channels"]
+    if kernel in FEW_CHANNELS:  # the few-channel kernels compile on 3 channels (mid: 3 -> 64, 64 -> 3)
+        fields[FEW_CHANNELS[kernel]] = min(fields[FEW_CHANNELS[kernel]], 3)
     if kernel == "gemm1x1":
         if shape == "1x1-s2":
             return None
         fields.update(filter_size=1, stride=1, padding=0)
     problem = ConvProblem("fwd", **{"stride": 1, "padding": 0, "dilation": 1, **fields})
-    if kernel in ("implicit_gemm", "gemm1x1"):
+    if kernel == winograd.KERNEL:  # only the geometries it is offered for
+        return problem.replace(bias=True, activation="gelu") if winograd.applies(problem) else None
+    if kernel in ("implicit_gemm", "gemm1x1", "depthwise_fwd", *FEW_CHANNELS):
         return problem.replace(bias=True, activation="gelu")
-    return problem.with_direction("bwd_data" if kernel == "bwd_data_phased" else "bwd_weight")
+    return problem.with_direction("bwd_data" if kernel in ("bwd_data_phased", "depthwise_bwd_data") else "bwd_weight")
+
+
+def _depthwise_shapes(target: str, tab: configs.ArchTable, kernel: str, config, dtype: str, layout: str) -> list:
+    """The :data:`DEPTHWISE_SHAPES` on which the table picks ``config``."""
+    return [shape for shape in DEPTHWISE_SHAPES
+            if configs.select(tab, plan.KERNELS[kernel], representative_problem(kernel, dtype, layout, target, shape))
+            == config]
 
 
 def jobs(targets=tuple(TARGETS)) -> list[Job]:
@@ -117,7 +168,12 @@ def jobs(targets=tuple(TARGETS)) -> list[Job]:
             for config, dtypes in configs.reachable_dtypes(tab, family).items():
                 for dtype in dtypes:
                     for layout in ("channels_last", "channels_first"):
-                        add(target, tab, kernel, config, representative_problem(kernel, dtype, layout, target), "mid")
+                        shapes = ["mid"]
+                        if kernel in plan.DEPTHWISE_KERNELS:  # none: never chosen for this dtype and layout
+                            shapes = _depthwise_shapes(target, tab, kernel, config, dtype, layout)
+                        for shape in shapes:
+                            add(target, tab, kernel, config,
+                                representative_problem(kernel, dtype, layout, target, shape), shape)
             for shape, (dtype, layout) in EDGE_SHAPES.items():
                 problem = representative_problem(kernel, dtype, layout, target, shape)
                 if problem is not None:
@@ -185,7 +241,8 @@ def compile_job(job: Job) -> dict:
         problem = representative_problem(job.kernel, job.dtype, job.layout, job.target, job.shape)
         launch = plan.make_plan(problem, job.kernel, config, tab).launches[job.launch]
         _, stats = compile_launch(launch, plan.role_dtypes(problem), job.target)
-        result.update(ok=True, estimated_shared=config.shared_bytes(job.dtype) if job.launch == 0 else 0, **stats)
+        result.update(ok=True, estimated_shared=config.shared_bytes(job.dtype)
+                      if job.launch == MATRIX_LAUNCH.get(job.kernel, 0) else 0, **stats)
     except Exception as exc:  # reported per job; the test fails on it
         result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000])
     result["seconds"] = round(time.perf_counter() - started, 2)
@@ -205,7 +262,8 @@ def problems_of(result: dict) -> list[str]:
         issues.append(f"{result['scratch_bytes']} bytes of scratch / local memory")
     if result["shared"] > result["shared_limit"]:
         issues.append(f"shared memory {result['shared']} > limit {result['shared_limit']}")
-    if result["shared"] > result["estimated_shared"] and result["job"]["launch"] == 0:
+    if result["shared"] > result["estimated_shared"] and result["job"]["launch"] == MATRIX_LAUNCH.get(
+            result["job"]["kernel"], 0):
         issues.append(f"shared memory {result['shared']} > the tables' estimate {result['estimated_shared']}")
     return issues
 

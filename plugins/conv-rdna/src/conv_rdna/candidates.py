@@ -9,6 +9,15 @@ the table picks (:func:`conv_rdna.configs.select`):
 ``bwd_data_phased``           data gradient, any 1D/2D geometry
 ``bwd_weight_split``          weight gradient, deterministic split reduction
 ``bwd_weight_atomic``         weight gradient, split reduction with float32 atomics
+``few_channels_in``           forward with at most 8 input channels per group (the reduction runs over
+                              (tap, channel) pairs jointly)
+``few_channels_out``          forward with at most 8 output channels per group (taps expanded into the
+                              columns, then shifted and added; filters of at most 32 taps)
+``depthwise_fwd``             forward of depthwise problems (``groups == in_channels``, any multiplier)
+``depthwise_bwd_data``        data gradient of depthwise problems
+``depthwise_bwd_weight``      weight gradient of depthwise problems, deterministic split reduction
+``winograd_f4x3``             forward, 3x3 / stride 1 / dilation 1 / groups 1, >= 64 input and output
+                              channels: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`)
 ============================  ======================================================================
 """
 
@@ -23,7 +32,7 @@ from conv_core.candidate import Candidate, Declined
 from conv_core.estimate import estimate_us
 from conv_core.problem import ConvProblem
 
-from . import configs, launch, plan
+from . import configs, launch, plan, winograd
 
 BACKEND = "rdna"
 
@@ -55,14 +64,42 @@ def decline_reason(problem: ConvProblem, device: torch.device) -> str | None:
     return plan.int32_issue(problem) or plan.grid_issue(problem)
 
 
+#: The depthwise kernel of each direction.
+DEPTHWISE = {"fwd": "depthwise_fwd", "bwd_data": "depthwise_bwd_data", "bwd_weight": "depthwise_bwd_weight"}
+
+
+def depthwise_issue(problem: ConvProblem) -> str | None:
+    """Why the depthwise kernels do not apply to ``problem``, or None (they take any multiplier
+    ``out_channels / groups``, filter, stride, dilation and padding, in 1D and 2D)."""
+    if problem.ndim == 3:
+        return "the depthwise kernels are 1D/2D only (3D convolutions are not implemented yet)"
+    if problem.groups != problem.in_channels:
+        return (f"not depthwise: groups={problem.groups} != in_channels={problem.in_channels} (the depthwise "
+                "kernels need exactly one input channel per group)")
+    return None
+
+
 def kernels_for(problem: ConvProblem) -> tuple[str, ...]:
     """The candidate kernels that apply to ``problem`` (supported problems only)."""
+    if problem.groups > 1 and depthwise_issue(problem) is None:
+        # Only the depthwise kernel: the general families would run one channel per group through
+        # 16-wide matrix tiles (1/16 of the reduction and ~1/64 of the columns real) and gather one
+        # element per pixel row, tens of times slower for the same traffic.
+        return (DEPTHWISE[problem.direction],)
+    if depthwise_issue(problem) is None:  # a single input channel (groups == 1): the core ranks both
+        return _general_kernels_for(problem) + (DEPTHWISE[problem.direction],)
+    return _general_kernels_for(problem)
+
+
+def _general_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
     if problem.direction == "bwd_weight":
         return ("bwd_weight_split", "bwd_weight_atomic")
     general = "implicit_gemm" if problem.direction == "fwd" else "bwd_data_phased"
     pointwise = (all(k == 1 for k in problem.filter_size) and all(s == 1 for s in problem.stride)
                  and not any(lo or hi for lo, hi in problem.padding))
-    return (general, "gemm1x1") if pointwise else (general,)
+    kernels = (general, "gemm1x1") if pointwise else (general,)
+    kernels += plan.few_channels_kernels(problem)  # forward, <= 8 input or output channels per group
+    return kernels + ((winograd.KERNEL,) if winograd.applies(problem) else ())
 
 
 def candidates(problem: ConvProblem, device: torch.device) -> list[Candidate | Declined]:
@@ -76,10 +113,12 @@ def candidates(problem: ConvProblem, device: torch.device) -> list[Candidate | D
     for kernel in kernels_for(problem):
         config = configs.select(tab, plan.KERNELS[kernel], problem)
         p = plan.make_plan(problem, kernel, config, tab)
+        wino = kernel == winograd.KERNEL  # its own run (weight cache), error factor and hardware status
         result.append(Candidate(
-            BACKEND, kernel, p.config_name, run=functools.partial(launch.run, problem, p),
-            estimate_us=estimate(problem, p, tab, interpreted), tags=tags(problem, p, tab, device),
-            workspace_bytes=p.workspace_bytes))
+            BACKEND, kernel, p.config_name, run=functools.partial(winograd.run if wino else launch.run, problem, p),
+            estimate_us=estimate(problem, p, tab, interpreted),
+            tags=winograd.tags(tags(problem, p, tab, device), problem) if wino else tags(problem, p, tab, device),
+            workspace_bytes=p.workspace_bytes, error_factor=winograd.error_factor(problem) if wino else 1.0))
     return result
 
 
@@ -92,13 +131,15 @@ def tags(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, device: tor
         result.add("interpreted")
     else:
         result.add("cuda_graph_safe")  # no host sync; scratch from the caching allocator, same size every run
-        if not tab.measured:
+        if not tab.is_measured(plan.KERNELS[p.kernel]):
             result.add("experimental")
     return frozenset(result)
 
 
 def tile_utilization(problem: ConvProblem, p: plan.Plan) -> float:
     """Fraction of the matrix work in the tiles that is real (the rest multiplies padding)."""
+    if p.kernel == "few_channels_out":  # halo pixels, output slots outside the tile, padded columns
+        return plan.few_cout_work(problem, p.config)[0]
     family = plan.KERNELS[p.kernel]
     view = configs.gemm_view(problem, family)
     c = p.config
@@ -109,6 +150,22 @@ def tile_utilization(problem: ConvProblem, p: plan.Plan) -> float:
     return used
 
 
+def depthwise_utilization(problem: ConvProblem, p: plan.Plan) -> float:
+    """Fraction of a depthwise plan's tile lanes that hold real work (pixels x channels, and taps for the
+    weight gradient): the blocks after fitting (``plan.fit_pixel_block``), read off the first launch."""
+    scalars, const = dict(p.launches[0].scalars), dict(p.launches[0].constexprs)
+
+    def used(size: int, block: int) -> float:
+        return size / (math.ceil(size / block) * block)
+
+    if p.kernel == "depthwise_bwd_weight":
+        pixels = scalars["BATCH"] * scalars["P"] * scalars["Q"]
+        return (used(scalars["R"] * scalars["S"], const["BLOCK_T"]) * used(scalars["C"], const["BLOCK_C"])
+                * used(pixels, const["BLOCK_W"]))
+    rows, cols = (scalars["P"], scalars["Q"]) if p.kernel == "depthwise_fwd" else (scalars["H_PH"], scalars["W_PH"])
+    return used(rows, const["BLOCK_H"]) * used(cols, const["BLOCK_W"]) * used(scalars["C"], const["BLOCK_C"])
+
+
 def estimate(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, interpreted: bool) -> float:
     """Roofline estimate with the table's efficiencies (initial guesses; measured tables replace them).
 
@@ -116,12 +173,25 @@ def estimate(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, interpr
     along strided channels), with the table's ``channels_first_factor``. Workspace traffic (written
     once, read once) adds to the memory time.
     """
+    if p.kernel == winograd.KERNEL:  # three kernels in sequence: the Winograd flops and transform traffic
+        us = winograd.estimate_us(problem, p, tab)
+        return us * INTERPRETED_SLOWDOWN + INTERPRETED_FIXED_US if interpreted else us
     eff = tab.efficiency[p.kernel]
-    compute = eff["compute"] * tile_utilization(problem, p)
-    if problem.layout == "channels_first":
-        compute *= tab.efficiency["channels_first_factor"]
-    us = estimate_us(problem, compute, eff["memory"], launches=len(p.launches) + (1 if p.zero else 0))
-    us += 2 * p.workspace_bytes / (spec(problem.arch).copy_tbps * 1e6) / eff["memory"]
+    memory = eff["memory"]
+    if p.kernel == "few_channels_out":  # the input (most of the bytes) is read once per output-channel chunk
+        memory /= plan.few_cout_work(problem, p.config)[1]
+    if p.kernel in plan.DEPTHWISE_KERNELS:
+        # FMA stencils: "compute" is their fraction of the matrix-unit rate; a channels-first tile loads
+        # along W without vectors, which costs both rates the kernel's own "channels_first" factor.
+        compute = eff["compute"] * depthwise_utilization(problem, p)
+        if problem.layout == "channels_first":
+            compute, memory = compute * eff["channels_first"], memory * eff["channels_first"]
+    else:
+        compute = eff["compute"] * tile_utilization(problem, p)
+        if problem.layout == "channels_first":
+            compute *= tab.efficiency["channels_first_factor"]
+    us = estimate_us(problem, compute, memory, launches=len(p.launches) + (1 if p.zero else 0))
+    us += 2 * p.workspace_bytes / (spec(problem.arch).copy_tbps * 1e6) / memory
     if interpreted:
         us = us * INTERPRETED_SLOWDOWN + INTERPRETED_FIXED_US
     return us

@@ -10,6 +10,8 @@ Layout of the JSON (see the file's ``_doc``)::
     archs.<arch>.measured           false until the configurations were timed on that architecture
     archs.<arch>.families.<family>  buckets, first match wins; the last bucket has no condition
     archs.<arch>.layers.<family>    exact problems (problem key without the arch) -> configuration
+                                    (plus the measured winners of ``data/swept/<arch>.json``, which the
+                                    offline sweep writes; they mark their families measured)
     archs.<arch>.split              the weight gradient's split rule
     archs.<arch>.efficiency         fractions of the roofline rates, for the estimates
 
@@ -28,11 +30,21 @@ from importlib import resources
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
 
-#: Kernel families that take tile configurations from the table.
-FAMILIES = ("implicit_gemm", "gemm1x1", "bwd_data", "bwd_weight")
+#: Depthwise stencil families (``groups == in_channels``): :class:`StencilConfig` entries, not GEMM tiles.
+DEPTHWISE_FAMILIES = ("depthwise_fwd", "depthwise_bwd_data", "depthwise_bwd_weight")
 
-#: Conditions a bucket may have.
-CONDITIONS = ("max_m", "max_n", "max_red", "dtypes")
+#: Forward families for few input / output channels per group (:mod:`conv_rdna.kernels.few_channels`).
+FEW_CHANNELS_FAMILIES = ("few_channels_in", "few_channels_out")
+
+#: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`): its GEMMs' tiles (tiles x output x input channels).
+WINOGRAD_FAMILIES = ("winograd",)
+
+#: Kernel families that take tile configurations from the table.
+FAMILIES = (("implicit_gemm", "gemm1x1", "bwd_data", "bwd_weight") + DEPTHWISE_FAMILIES + FEW_CHANNELS_FAMILIES
+            + WINOGRAD_FAMILIES)
+
+#: Conditions a bucket may have (``layouts``: the problem's memory layouts it applies to).
+CONDITIONS = ("max_m", "max_n", "max_red", "dtypes", "layouts")
 
 #: Input dtypes the kernels take (the shared-memory check covers every one a bucket may see).
 DTYPES = ("float16", "bfloat16", "float32")
@@ -89,16 +101,72 @@ class TileConfig:
 
 
 @dataclass(frozen=True)
+class StencilConfig:
+    """One configuration of a depthwise stencil kernel (no matrix units, nothing staged in shared memory).
+
+    Forward and data gradient: a ``BLOCK_H x BLOCK_W`` block of pixels x ``BLOCK_C`` channels per program
+    (``BLOCK_T`` = 1), each thread sliding the filter along ``SLIDE`` (1 or 4) consecutive output columns
+    where the stride and dilation along W are 1. Weight gradient: ``BLOCK_T`` taps x ``BLOCK_C`` channels
+    per program, walking its pixels ``BLOCK_W`` at a time (``BLOCK_H`` = ``SLIDE`` = 1). Any power of two
+    (a channel block may be narrower than a matrix instruction: NCHW tiles want few channels, many pixels).
+    """
+
+    block_h: int
+    block_w: int
+    block_c: int
+    block_t: int
+    slide: int
+    num_warps: int
+    num_stages: int
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> StencilConfig:
+        expected = {"BLOCK_H", "BLOCK_W", "BLOCK_C", "BLOCK_T", "SLIDE", "num_warps", "num_stages"}
+        if set(raw) != expected:
+            raise ValueError(f"configuration {raw} must have exactly the keys {sorted(expected)}")
+        config = cls(raw["BLOCK_H"], raw["BLOCK_W"], raw["BLOCK_C"], raw["BLOCK_T"], raw["SLIDE"], raw["num_warps"],
+                     raw["num_stages"])
+        for name in ("block_h", "block_w", "block_c", "block_t", "num_warps"):
+            value = getattr(config, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"configuration {raw}: {name}={value} must be a power of two")
+        if config.slide not in (1, 4) or config.slide > config.block_w:
+            raise ValueError(f"configuration {raw}: SLIDE must be 1 or 4, at most BLOCK_W")
+        if config.num_stages < 1:
+            raise ValueError(f"configuration {raw}: num_stages must be >= 1")
+        return config
+
+    @property
+    def name(self) -> str:
+        """Stable short name, part of the kernel id: ``16x16c32t1v4w8s1`` (pixels HxW, channels, taps,
+        the slide ``v`` when not 1, warps, stages)."""
+        slide = f"v{self.slide}" if self.slide > 1 else ""
+        return (f"{self.block_h}x{self.block_w}c{self.block_c}t{self.block_t}{slide}"
+                f"w{self.num_warps}s{self.num_stages}")
+
+    def shared_bytes(self, dtype: str) -> int:
+        """Upper bound of the shared memory: nothing is staged; the compiler may pass a float32 tile (all
+        of a program's accumulators) through shared memory for a layout change or the weight gradient's
+        final pixel sum."""
+        return self.block_t * self.block_h * self.block_w * self.block_c * 4
+
+
+#: Families whose table entries are not :class:`TileConfig`.
+CONFIG_TYPES = {family: StencilConfig for family in DEPTHWISE_FAMILIES}
+
+
+@dataclass(frozen=True)
 class Bucket:
     when: dict
-    config: TileConfig
+    config: TileConfig | StencilConfig
 
     def matches(self, view: dict[str, int], dtype: str) -> bool:
         w = self.when
         return ((w.get("max_m") is None or view["m"] <= w["max_m"])
                 and (w.get("max_n") is None or view["n"] <= w["max_n"])
                 and (w.get("max_red") is None or view["red"] <= w["max_red"])
-                and (w.get("dtypes") is None or dtype in w["dtypes"]))
+                and (w.get("dtypes") is None or dtype in w["dtypes"])
+                and (w.get("layouts") is None or view.get("layout") in w["layouts"]))
 
 
 @dataclass(frozen=True)
@@ -124,6 +192,15 @@ class ArchTable:
     reduce_warps: int
     #: candidate kernel -> {"compute": fraction, "memory": fraction}; "channels_first_factor" -> float
     efficiency: dict
+    #: the depthwise weight gradient's split rule (few output tiles: it needs many more splits)
+    depthwise_split: SplitRule | None = None
+    #: families whose exact-layer configurations were timed on this architecture by the offline sweep
+    measured_families: frozenset[str] = frozenset()
+
+    def is_measured(self, family: str) -> bool:
+        """Whether ``family``'s configurations were timed on this architecture (else its candidates are
+        tagged experimental there)."""
+        return self.measured or family in self.measured_families
 
     def configs(self, family: str) -> tuple[TileConfig, ...]:
         """Every configuration the table can give ``family``, each once, in table order."""
@@ -159,16 +236,35 @@ def table(name: str) -> ArchTable:
             unknown = set(raw.get("when", {})) - set(CONDITIONS)
             if unknown:
                 raise ValueError(f"configs.json {source}.{family}: unknown conditions {sorted(unknown)}")
-            buckets.append(Bucket(raw.get("when", {}), TileConfig.from_dict(raw["config"])))
+            config_type = CONFIG_TYPES.get(family, TileConfig)
+            buckets.append(Bucket(raw.get("when", {}), config_type.from_dict(raw["config"])))
         if not buckets or buckets[-1].when:
             raise ValueError(f"configs.json {source}.{family}: the last bucket must have no condition")
         families[family] = tuple(buckets)
-    layers = {family: {key: TileConfig.from_dict(c) for key, c in entries.items()}
-              for family, entries in entry.get("layers", {}).items()}
+    swept = _swept(name)
+    measured = bool(entry["measured"])
+    measured_families = frozenset(swept.get("layers", {})) if swept.get("measured") else frozenset()
+    raw_layers = {family: {**entry.get("layers", {}).get(family, {}), **swept.get("layers", {}).get(family, {})}
+                  for family in {*entry.get("layers", {}), *swept.get("layers", {})}}
+    layers = {family: {key: CONFIG_TYPES.get(family, TileConfig).from_dict(c) for key, c in entries.items()}
+              for family, entries in raw_layers.items()}
     split = SplitRule(**entry["split"])
     reduce = entry["reduce"]
-    return ArchTable(name, source, bool(entry["measured"]), families, layers, split, reduce["BLOCK"],
-                     reduce["num_warps"], entry["efficiency"])
+    return ArchTable(name, source, measured, families, layers, split, reduce["BLOCK"],
+                     reduce["num_warps"], entry["efficiency"],
+                     depthwise_split=SplitRule(**entry["depthwise_split"]) if "depthwise_split" in entry else None,
+                     measured_families=measured_families)
+
+
+def swept_path(name: str):
+    """Where the sweep's measured exact-layer winners for table ``name`` live (``data/swept/<name>.json``)."""
+    return resources.files("conv_rdna").joinpath(f"data/swept/{name}.json")
+
+
+def _swept(name: str) -> dict:
+    """The sweep's file for ``name`` (written by ``python -m conv_rdna.sweep merge``), or nothing."""
+    path = swept_path(name)
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def table_for(arch: str, interpreted: bool) -> ArchTable:
@@ -197,7 +293,7 @@ def reachable_dtypes(tab: ArchTable, family: str) -> dict[TileConfig, list[str]]
     """Each configuration of a family and the input dtypes whose problems can reach it.
 
     A bucket conditioned on dtypes alone (or on nothing) takes every problem of its dtypes, so later
-    buckets never see those dtypes. Exact-layer entries may be reached by any dtype.
+    buckets never see those dtypes. An exact-layer entry is reached by its layer's dtype alone.
     """
     reach: dict[TileConfig, set[str]] = {}
     open_dtypes = set(DTYPES)
@@ -206,9 +302,16 @@ def reachable_dtypes(tab: ArchTable, family: str) -> dict[TileConfig, list[str]]
         reach.setdefault(bucket.config, set()).update(dtypes)
         if set(bucket.when) <= {"dtypes"}:
             open_dtypes -= dtypes
-    for config in tab.layers.get(family, {}).values():
-        reach.setdefault(config, set()).update(DTYPES)
+    for key, config in tab.layers.get(family, {}).items():  # an exact layer is reached by its own dtype only
+        reach.setdefault(config, set()).add(_layer_dtype(key))
     return {config: [d for d in DTYPES if d in dtypes] for config, dtypes in reach.items() if dtypes}
+
+
+def _layer_dtype(key: str) -> str:
+    """The input dtype named by an exact-layer key (``ConvProblem.key`` without the arch)."""
+    from conv_core.problem import dtype_name
+
+    return dtype_name(key.split()[10].split(".")[0])
 
 
 # ---- choosing -------------------------------------------------------------------------------------
@@ -234,6 +337,17 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
         return {"m": pixels_in // math.prod(problem.stride), "n": cin, "red": cout}
     if family == "bwd_weight":
         return {"m": cout, "n": cin, "red": pixels_out}
+    if family in DEPTHWISE_FAMILIES:  # pixels per image (of the tile grid), channels, taps; and the layout
+        pixels = math.prod(problem.input_size if family == "depthwise_bwd_data" else problem.output_size)
+        return {"m": pixels, "n": problem.out_channels, "red": math.prod(problem.filter_size),
+                "layout": problem.layout}
+    if family == "few_channels_in":  # the reduction runs over (tap, channel) pairs jointly
+        return {"m": pixels_out, "n": cout, "red": cin * math.prod(problem.filter_size)}
+    if family == "few_channels_out":  # columns: every tap of every output channel; reduction: channels
+        return {"m": pixels_out, "n": cout * math.prod(problem.filter_size), "red": cin}
+    if family == "winograd":  # the 36 GEMMs: 4x4 output tiles x output channels, reduced over input channels
+        tiles = problem.batch * math.prod(-(-size // 4) for size in problem.output_size)
+        return {"m": tiles, "n": cout, "red": cin}
     raise ValueError(f"unknown kernel family {family!r}")
 
 
@@ -270,4 +384,24 @@ def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_
     split = math.ceil(rule.target_programs / tiles)
     split = min(split, rule.max_split, blocks // rule.min_blocks_per_split,
                 int32_elements // math.prod(problem.weight_shape), 65535)
+    return max(split, 1)
+
+
+def depthwise_split_count(tab: ArchTable, problem: ConvProblem, config: StencilConfig, int32_elements: int) -> int:
+    """Number of pixel ranges for the depthwise weight gradient (the table's ``depthwise_split`` rule).
+
+    A program owns ``BLOCK_T`` taps x ``BLOCK_C`` channels (x one multiplier index), so a layer has few
+    output tiles (ConvNeXt's 96 channels x 49 taps: 3) and the pixels must be split much further than for
+    a GEMM: enough programs for ``target_programs``, at least ``min_blocks_per_split`` chunks of
+    ``BLOCK_W`` pixels of a row per split, at most ``max_split`` and at most one split per output row
+    (splits are ranges of rows), and a workspace of ``splits x weight elements`` within 32-bit offsets.
+    """
+    rule = tab.depthwise_split or tab.split
+    tiles = (math.ceil(math.prod(problem.filter_size) / config.block_t)
+             * math.ceil(problem.in_channels / config.block_c) * (problem.out_channels // problem.groups))
+    *rows, cols = (problem.batch, *problem.output_size)
+    blocks = math.prod(rows) * math.ceil(cols / config.block_w)
+    split = math.ceil(rule.target_programs / tiles)
+    split = min(split, rule.max_split, blocks // rule.min_blocks_per_split, math.prod(rows),
+                int32_elements // math.prod(problem.weight_shape))
     return max(split, 1)

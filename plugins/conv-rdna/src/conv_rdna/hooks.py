@@ -29,5 +29,5 @@ def conv_core_candidates(problem: ConvProblem, device: torch.device):
 
 @hookimpl
 def conv_core_tuning_tables() -> list[Path]:
-    """Measured tables shipped in ``tables/`` (none yet: the GPU tuning comes later)."""
-    return sorted((Path(__file__).parent / "tables").glob("*.json"))
+    """Times measured by ``conv-core tune`` on real GPUs, shipped in ``data/tables/rdna_<arch>.json``."""
+    return sorted((Path(__file__).parent / "data" / "tables").glob("rdna_*.json"))

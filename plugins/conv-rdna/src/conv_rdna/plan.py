@@ -13,17 +13,21 @@ tensors reach 2**31 elements are declined (:func:`int32_issue`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
 
 from conv_core.problem import ConvProblem, layout_order
 
-from .configs import ArchTable, TileConfig, split_count
+from .configs import ArchTable, TileConfig, depthwise_split_count, split_count
 from .kernels.bwd_data import conv_bwd_data_phased
 from .kernels.bwd_weight import conv_bwd_weight_partial, reduce_splits
+from .kernels.depthwise import conv_dw_bwd_data, conv_dw_bwd_weight, conv_dw_fwd
+from .kernels.few_channels import conv_fwd_few_cin, conv_fwd_few_cout
 from .kernels.gemm1x1 import conv_gemm1x1
 from .kernels.implicit_gemm import conv_fwd_implicit_gemm
+from .kernels.winograd import m_dtype as winograd_m_dtype
 
 #: Largest element count (and so offset) of any tensor a kernel indexes with 32-bit arithmetic.
 INT32_ELEMENTS = 2**31 - 1
@@ -37,7 +41,16 @@ KERNELS = {
     "bwd_data_phased": "bwd_data",
     "bwd_weight_split": "bwd_weight",
     "bwd_weight_atomic": "bwd_weight",
+    "depthwise_fwd": "depthwise_fwd",
+    "depthwise_bwd_data": "depthwise_bwd_data",
+    "depthwise_bwd_weight": "depthwise_bwd_weight",
+    "few_channels_in": "few_channels_in",
+    "few_channels_out": "few_channels_out",
+    "winograd_f4x3": "winograd",
 }
+
+#: The depthwise kernels (``groups == in_channels``), one per direction; they take ``StencilConfig``.
+DEPTHWISE_KERNELS = ("depthwise_fwd", "depthwise_bwd_data", "depthwise_bwd_weight")
 
 #: Triton's names of the pointer element types.
 TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
@@ -81,7 +94,7 @@ class Plan:
 
     @property
     def config_name(self) -> str:
-        return self.config.name + (f"x{self.split}" if self.kernel.startswith("bwd_weight") else "")
+        return self.config.name + (f"x{self.split}" if "bwd_weight" in self.kernel else "")
 
     @property
     def workspace_bytes(self) -> int:
@@ -163,9 +176,18 @@ def _cdiv(a: int, b: int) -> int:
 
 def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
     """The launches of candidate kernel ``kernel`` (a key of :data:`KERNELS`) with ``config``."""
-    builder = {"implicit_gemm": _implicit_gemm, "gemm1x1": _gemm1x1, "bwd_data_phased": _bwd_data,
-               "bwd_weight_split": _bwd_weight, "bwd_weight_atomic": _bwd_weight}[kernel]
+    builder = {"depthwise_fwd": _depthwise_fwd, "depthwise_bwd_data": _depthwise_bwd_data,
+               "depthwise_bwd_weight": _depthwise_bwd_weight,
+               "implicit_gemm": _implicit_gemm, "gemm1x1": _gemm1x1, "bwd_data_phased": _bwd_data,
+               "bwd_weight_split": _bwd_weight, "bwd_weight_atomic": _bwd_weight,
+               "few_channels_in": _few_cin, "few_channels_out": _few_cout, "winograd_f4x3": _winograd}[kernel]
     return builder(problem, kernel, config, tab)
+
+
+def _winograd(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    from .winograd import make_plan as winograd_plan  # the family's host module (it imports this one)
+
+    return winograd_plan(problem, kernel, config, tab)
 
 
 def _tiles(config: TileConfig) -> dict:
@@ -271,13 +293,223 @@ def _bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: Arch
     return Plan(kernel, config, split, tuple(launches), workspace, zero)
 
 
+# ---- few channels (kernels/few_channels.py) ----------------------------------------------------------
+
+#: Largest input / output channel count per group the few-channel kernels are offered for.
+FEW_CHANNELS = 8
+#: Smallest ``BLOCK_M`` and ``BLOCK_N`` of any ``few_channels_out`` configuration (tests/test_few_channels.py
+#: checks the tables): the kernel is offered only when the filter fits a tile of these sizes, so that
+#: every table can run every problem it is offered for.
+FEW_COUT_MIN_BLOCK_M = 256
+FEW_COUT_MIN_BLOCK_N = 32
+
+
+def few_cout_tile(g: Geometry, block_m: int) -> tuple[int, int, int, int] | None:
+    """``(TILE_H, TILE_W, TILE_P, TILE_Q)`` of ``few_channels_out``: an input tile of ``block_m`` pixels
+    (powers of two) and the output pixels whose whole window lies inside it. The shape that needs the
+    fewest tiles wins, then the widest; None when the filter's span fits no shape."""
+    span_h, span_w = (g.r - 1) * g.dil[0] + 1, (g.s - 1) * g.dil[1] + 1
+    best, best_key = None, None
+    tile_w = 1
+    while tile_w <= block_m:
+        tile_h = block_m // tile_w
+        if tile_h >= span_h and tile_w >= span_w:
+            tile_p, tile_q = (tile_h - span_h) // g.stride[0] + 1, (tile_w - span_w) // g.stride[1] + 1
+            key = (_cdiv(g.p, tile_p) * _cdiv(g.q, tile_q), -tile_w)
+            if best_key is None or key < best_key:
+                best, best_key = (tile_h, tile_w, tile_p, tile_q), key
+        tile_w *= 2
+    return best
+
+
+def few_channels_kernels(problem: ConvProblem) -> tuple[str, ...]:
+    """The few-channel kernels that serve ``problem`` (forward only)."""
+    if problem.direction != "fwd":
+        return ()
+    g = Geometry.of(problem)
+    kernels = ("few_channels_in",) if g.cin <= FEW_CHANNELS else ()
+    if (g.cout <= FEW_CHANNELS and g.r * g.s <= FEW_COUT_MIN_BLOCK_N
+            and few_cout_tile(g, FEW_COUT_MIN_BLOCK_M) is not None):
+        kernels += ("few_channels_out",)
+    return kernels
+
+
+def few_cout_chunk(g: Geometry, config: TileConfig) -> int:
+    """Output channels per ``few_channels_out`` program: as many as have all their taps in ``BLOCK_N``."""
+    return max(1, min(g.cout, config.block_n // (g.r * g.s)))
+
+
+def few_cout_work(problem: ConvProblem, config: TileConfig) -> tuple[float, int]:
+    """``(utilization, input reads)`` of ``few_channels_out``: the fraction of its matrix work that is
+    useful (halo pixels, output slots outside the tile, padded columns and channels cost the rest), and
+    how many times it reads the input from memory (once per output-channel chunk)."""
+    g = Geometry.of(problem)
+    tile_h, tile_w, tile_p, tile_q = few_cout_tile(g, config.block_m)
+    chunks = _cdiv(g.cout, few_cout_chunk(g, config))
+    tiles = g.batch * g.groups * chunks * _cdiv(g.p, tile_p) * _cdiv(g.q, tile_q)
+    work = 2 * tiles * config.block_m * config.block_n * _cdiv(g.cin, config.block_k) * config.block_k
+    return problem.flops / work, chunks
+
+
+def _few_cin(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    sx, sy = strides_nchw(problem.input_shape, problem.layout), strides_nchw(problem.output_shape, problem.layout)
+    sw = strides_nchw(problem.weight_shape, problem.layout)
+    scalars = {**_conv_scalars(g), **_named("sx", sx), **dict(zip(("swk", "swc", "swr", "sws"), sw)),
+               **_named("sy", sy)}
+    grid = (_cdiv(g.batch * g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
+    pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
+    constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m,
+                  "CHANNELS_INNER": problem.layout == "channels_last"}
+    return Plan(kernel, config, 1, (_launch(conv_fwd_few_cin, grid, pointers, scalars, constexprs, config),))
+
+
+def _few_cout(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    tile = few_cout_tile(g, config.block_m)
+    if tile is None or g.r * g.s > config.block_n:
+        raise ValueError(f"few_channels_out cannot run {problem.key} with {config.name}")
+    tile_h, tile_w, tile_p, tile_q = tile
+    chunk = few_cout_chunk(g, config)
+    tiles_q = _cdiv(g.q, tile_q)
+    tiles = _cdiv(g.p, tile_p) * tiles_q
+    sx, sy = strides_nchw(problem.input_shape, problem.layout), strides_nchw(problem.output_shape, problem.layout)
+    sw = strides_nchw(problem.weight_shape, problem.layout)
+    scalars = {**_conv_scalars(g), **_named("sx", sx), **dict(zip(("swk", "swc", "swr", "sws"), sw)),
+               **_named("sy", sy), "TILE_P": tile_p, "TILE_Q": tile_q, "TILES_Q": tiles_q, "TILES": tiles,
+               "K_CHUNK": chunk}
+    grid = (g.batch * tiles, g.groups, _cdiv(g.cout, chunk))
+    pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
+    constexprs = {**_epilogue(problem), **_tiles(config), "TILE_W": tile_w,
+                  "K_PAD": 1 << (chunk - 1).bit_length()}
+    return Plan(kernel, config, 1, (_launch(conv_fwd_few_cout, grid, pointers, scalars, constexprs, config),))
+
+
+# ---- depthwise (kernels/depthwise.py) ------------------------------------------------------------------
+# The table's blocks are fitted to the problem, never grown: a pixel block keeps its pixel count but takes
+# the image's shape (8x16 on a 7x7 map becomes 8x8, on a 1D row 1x128; SLIDE x narrower where the kernel
+# cannot slide along W), and channel / tap / pixel blocks shrink to the next power of two of what there is.
+# The kernel id names the table's configuration.
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def fit_pixel_block(block_h: int, block_w: int, rows: int, cols: int) -> tuple[int, int]:
+    """``(BLOCK_H, BLOCK_W)`` of at most ``block_h * block_w`` pixels for a ``rows x cols`` image."""
+    pixels = block_h * block_w
+    bw = min(block_w, _pow2_at_least(cols))
+    bh = min(pixels // bw, _pow2_at_least(rows))
+    return bh, min(pixels // bh, _pow2_at_least(cols))
+
+
+def _depthwise_scalars(problem: ConvProblem, g: Geometry) -> dict:
+    return dict(BATCH=g.batch, C=problem.in_channels, H=g.h, W=g.w, K=problem.out_channels, P=g.p, Q=g.q, R=g.r,
+                S=g.s, MULT=g.cout, STRIDE_H=g.stride[0], STRIDE_W=g.stride[1], PAD_H=g.pad[0], PAD_W=g.pad[1],
+                DIL_H=g.dil[0], DIL_W=g.dil[1])
+
+
+def _depthwise_weight_strides(problem: ConvProblem) -> dict:
+    swk, _, swr, sws = strides_nchw(problem.weight_shape, problem.layout)  # one input channel per filter
+    return dict(swk=swk, swr=swr, sws=sws)
+
+
+def pixel_alignment(*strides: tuple[int, ...]) -> int:
+    """Largest power of two, at most 16, dividing every pixel stride (batch, height, width) given."""
+    g = math.gcd(16, *(s for ss in strides for s in (ss[0], ss[2], ss[3])))
+    return g & -g
+
+
+def _stencil_constexprs(bh: int, bw: int, bc: int, slide: int, align: int) -> dict:
+    return dict(BLOCK_H=bh, BLOCK_W=bw, BLOCK_C=bc, SLIDE=slide, ALIGN=align, INTERPRET=interpreting())
+
+
+def depthwise_pixel_block(problem: ConvProblem, config, rows: int, cols: int) -> tuple[int, int, int]:
+    """``(BLOCK_H, BLOCK_W, SLIDE)`` of a forward or data-gradient plan on a ``rows x cols`` pixel grid.
+
+    The configuration's SLIDE where the kernel can slide along W (stride and dilation 1 along W; for the
+    data gradient stride 1 along H too: one phase). Where it cannot, the block is half as wide, so that a
+    thread holds half the accumulators of the sliding kernel (the SLIDE tiles it keeps in flight would
+    otherwise all become accumulators). The block is then fitted to the grid (:func:`fit_pixel_block`).
+    """
+    g = Geometry.of(problem)
+    along_w = g.stride[1] == 1 and g.dil[1] == 1 and (problem.direction == "fwd" or g.stride[0] == 1)
+    slide = config.slide if along_w else 1
+    bh, bw = fit_pixel_block(config.block_h, config.block_w // (2 if slide < config.slide else 1), rows, cols)
+    return bh, bw, slide if bw >= slide else 1
+
+
+def _depthwise_fwd(problem: ConvProblem, kernel: str, config, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    c = problem.in_channels
+    bh, bw, slide = depthwise_pixel_block(problem, config, g.p, g.q)
+    bc = min(config.block_c, _pow2_at_least(c))
+    sx, sy = strides_nchw(problem.input_shape, problem.layout), strides_nchw(problem.output_shape, problem.layout)
+    scalars = {**_depthwise_scalars(problem, g), **_named("sx", sx), **_depthwise_weight_strides(problem),
+               **_named("sy", sy)}
+    del scalars["S"]  # a constexpr here: the taps along W are unrolled
+    grid = (_cdiv(c, bc) * g.cout * _cdiv(g.p, bh) * _cdiv(g.q, bw) * g.batch,)  # g.cout: the multiplier
+    pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
+    constexprs = {"S": g.s, **_epilogue(problem), **_stencil_constexprs(bh, bw, bc, slide, pixel_alignment(sx, sy))}
+    return Plan(kernel, config, 1, (_launch(conv_dw_fwd, grid, pointers, scalars, constexprs, config),))
+
+
+def _depthwise_bwd_data(problem: ConvProblem, kernel: str, config, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    c = problem.in_channels
+    (sh, sw_), (dh, dw) = g.stride, g.dil
+    h_ph, w_ph = _cdiv(g.h, sh), _cdiv(g.w, sw_)  # every phase gets the grid of the largest one
+    bh, bw, slide = depthwise_pixel_block(problem, config, h_ph, w_ph)
+    bc = min(config.block_c, _pow2_at_least(c))
+    sdy, sdx = strides_nchw(problem.output_shape, problem.layout), strides_nchw(problem.input_shape, problem.layout)
+    scalars = {**_depthwise_scalars(problem, g), "STEP_R": sh // math.gcd(sh, dh), "STEP_S": sw_ // math.gcd(sw_, dw),
+               "H_PH": h_ph, "W_PH": w_ph, **_named("sdy", sdy), **_depthwise_weight_strides(problem),
+               **_named("sdx", sdx)}
+    del scalars["S"]  # a constexpr here: the taps along W are unrolled
+    grid = (_cdiv(c, bc) * _cdiv(h_ph, bh) * _cdiv(w_ph, bw) * g.batch * sh * sw_,)
+    pointers = dict(dy_ptr="a", w_ptr="b", dx_ptr="out")
+    constexprs = {"S": g.s, **_stencil_constexprs(bh, bw, bc, slide, pixel_alignment(sdy, sdx))}
+    return Plan(kernel, config, 1, (_launch(conv_dw_bwd_data, grid, pointers, scalars, constexprs, config),))
+
+
+def _depthwise_bwd_weight(problem: ConvProblem, kernel: str, config, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    c, taps = problem.in_channels, g.r * g.s
+    fitted = dataclasses.replace(config, block_t=min(config.block_t, _pow2_at_least(taps)),
+                                 block_c=min(config.block_c, _pow2_at_least(c)),
+                                 block_w=min(config.block_w, _pow2_at_least(g.q)))  # chunks within a row
+    split = depthwise_split_count(tab, problem, fitted, INT32_ELEMENTS)
+    rows = g.batch * g.p  # the splits are ranges of output rows (n, p)
+    per_split = _cdiv(rows, split)
+    split = _cdiv(rows, per_split)  # no empty ranges
+    numel = math.prod(problem.weight_shape)
+    target, workspace = ("out", 0) if split == 1 else ("workspace", split * numel)
+    so_k, _, so_r, so_s = strides_nchw(problem.weight_shape, problem.layout)  # workspace slices: laid out like dw
+    sx, sdy = strides_nchw(problem.input_shape, problem.layout), strides_nchw(problem.output_shape, problem.layout)
+    scalars = {**_depthwise_scalars(problem, g), "ROWS_PER_SPLIT": per_split, **_named("sx", sx), **_named("sdy", sdy),
+               "so_split": numel if workspace else 0, "so_k": so_k, "so_r": so_r, "so_s": so_s}
+    grid = (_cdiv(taps, fitted.block_t) * _cdiv(c, fitted.block_c) * g.cout * split,)
+    constexprs = dict(BLOCK_T=fitted.block_t, BLOCK_W=fitted.block_w, BLOCK_C=fitted.block_c,
+                      ALIGN=pixel_alignment(sx, sdy), INTERPRET=interpreting())
+    launches = [_launch(conv_dw_bwd_weight, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars, constexprs,
+                        config)]
+    if workspace:  # sum the partials in split order, cast to the result
+        launches.append(Launch(reduce_splits, (_cdiv(numel, tab.reduce_block),),
+                               (("ws_ptr", "workspace"), ("out_ptr", "out")), (("NUMEL", numel), ("SPLITS", split)),
+                               (("BLOCK", tab.reduce_block), ("INTERPRET", interpreting())), tab.reduce_warps, 1))
+    return Plan(kernel, config, split, tuple(launches), workspace)
+
+
 # ---- ahead-of-time compilation ------------------------------------------------------------------------
 
 
 def role_dtypes(problem: ConvProblem) -> dict[str, str]:
     """Element dtype of each pointer role."""
     a, b = problem.operand_dtypes
-    return {"a": a, "b": b, "bias": problem.out_dtype, "out": problem.result_dtype, "workspace": "float32"}
+    return {"a": a, "b": b, "bias": problem.out_dtype, "out": problem.result_dtype, "workspace": "float32",
+            # Winograd: transformed weight and input (the GEMM's operands), the GEMM's result
+            "u": a, "v": a, "m": winograd_m_dtype(a)}
 
 
 def aot_specialization(launch: Launch, dtypes: dict[str, str]) -> tuple[dict, dict, dict]:

@@ -6,10 +6,11 @@ Instead this command, run explicitly on a GPU, times a small space of tile confi
 reference first (a wrong configuration is never a winner), and writes the fastest per layer::
 
     python -m conv_rdna.sweep run --suites resnet50:32,sd_vae_decoder:1 --out sweep.json
-    python -m conv_rdna.sweep merge sweep.json     # -> data/configs.json: layers.<family>, measured: true
+    python -m conv_rdna.sweep merge sweep.json     # -> data/swept/<arch>.json
 
-``merge`` writes the winners as exact-layer entries (``archs.<arch>.layers``) of the architecture the
-sweep ran on; buckets stay the fallback for every other problem.
+``merge`` writes the winners as exact-layer entries of the architecture the sweep ran on (read by
+:func:`conv_rdna.configs.table` on top of ``configs.json``'s own layers, and marking the table
+measured); buckets stay the fallback for every other problem.
 """
 
 from __future__ import annotations
@@ -110,16 +111,18 @@ def winners(results: list[dict]) -> dict[str, dict[str, dict]]:
 
 
 def merge(args) -> int:
+    """Write the winners into ``data/swept/<arch>.json``, on top of the file's earlier winners."""
     data = json.loads(Path(args.results).read_text())
-    path = Path(str(resources.files("conv_rdna").joinpath("data/configs.json")))
-    raw = json.loads(path.read_text())
-    entry = raw["archs"][data["arch"]]
+    path = Path(str(configs.swept_path(data["arch"])))
+    swept = json.loads(path.read_text()) if path.is_file() else {"layers": {}}
     for family, layers in winners(data["results"]).items():
-        entry.setdefault("layers", {}).setdefault(family, {}).update(layers)
-    entry["measured"] = True
-    path.write_text(json.dumps(raw, indent=1) + "\n")
-    counts = {f: len(v) for f, v in entry["layers"].items()}
-    print(f"merged into {path} ({data['arch']}, {data['device']}): {counts}")
+        swept["layers"].setdefault(family, {}).update(layers)
+    swept.update({"_doc": "Exact-layer winners of the offline sweep (python -m conv_rdna.sweep); read by configs.py.",
+                  "arch": data["arch"], "device": data["device"], "measured": True})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(swept, indent=1, sort_keys=True) + "\n")
+    print(f"merged into {path} ({data['arch']}, {data['device']}): "
+          f"{ {f: len(v) for f, v in swept['layers'].items()} }")
     return 0
 
 

@@ -1,0 +1,347 @@
+"""Winograd F(4x4, 3x3), host side: which problems, the plan, the weight-transform cache, the run, the estimate.
+
+The kernels and the algorithm are explained in :mod:`conv_rdna.kernels.winograd`; the derivation of
+the matrices, the error analysis and the performance model in ``docs/winograd.md``.
+
+- :func:`applies`: the gate. Forward, 2D, 3x3, stride 1, dilation 1, groups 1, any padding, at least
+  :data:`MIN_CHANNELS` input *and* output channels, float16 / bfloat16 / float32, and a workspace that
+  32-bit offsets address.
+- :func:`make_plan`: four launches (:data:`LAUNCHES`): the weight transform (run only when
+  :data:`WEIGHT_CACHE` misses), the input transform, the 36 GEMMs, the output transform with the
+  epilogue. The workspace is ``V`` (36 x tiles x C, input dtype) then ``M`` (36 x tiles x K,
+  :func:`~conv_rdna.kernels.winograd.m_dtype`), carved from one float32 buffer.
+- :class:`WeightTransformCache`: the transformed weight ``U`` (36 x C x K in the input dtype, 4x the
+  weight) is computed once per weight and kept in a bounded LRU keyed by device, data pointer, shape,
+  strides, dtype and the tensor's ``_version`` (bumped by every in-place update), and checked against a
+  weak reference to the weight's storage (a new tensor that reuses a freed one's address and version is
+  not a hit). Under CUDA-graph capture the transform is always recomputed inside the graph.
+- :func:`estimate_us`: the roofline of the Winograd algorithm: ``2 * 36 * tiles * C * K`` GEMM flops at
+  the table's compute efficiency, the transforms' memory traffic at its memory efficiency.
+- :data:`ERROR_FACTOR`: the measured error factor per dtype (tests/test_winograd.py measures it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections import OrderedDict
+
+import torch
+from conv_core.arch import spec
+from conv_core.estimate import roofline_us
+from conv_core.problem import ConvProblem, element_size, torch_dtype
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from . import configs, plan
+from .kernels import winograd as kernels
+
+#: Candidate kernel (the ``kernel`` part of the id) and its configuration family.
+KERNEL = "winograd_f4x3"
+FAMILY = "winograd"
+#: The plan's launches, in order.
+LAUNCHES = ("weight", "input", "gemm", "output")
+#: Index of the matrix-multiply launch.
+GEMM_LAUNCH = LAUNCHES.index("gemm")
+
+#: Fewest input and output channels served (see docs/winograd.md, "The gate").
+MIN_CHANNELS = 64
+DTYPES = ("float16", "bfloat16", "float32")
+#: Transformed values per tile (6x6) and output pixels per tile (4x4).
+POINTS2, TILE2 = kernels.POINTS_N**2, kernels.TILE**2
+
+#: The error factor each dtype needed (docs/tolerance.md): the largest over 100 seeds of random operands on
+#: 2 x 64 -> 64 channels, 13 x 11 pixels, padding (1, 2) x (0, 1), output in the input dtype and in float32
+#: (tests/test_winograd.py::test_error_factor re-measures seeds 0-3). float32: 0, the transforms' float32
+#: rounding stays inside the tolerance's accumulation term.
+MEASURED_ERROR_FACTOR = {"float16": 0.91, "bfloat16": 1.42, "float32": 0.0}
+#: The tolerance model's error factor E per input dtype: about twice the measured one (at least 1). Errors
+#: relative to ``absref`` fall like 1/sqrt(C) (docs/winograd.md), so 64 channels, the fewest served, need most.
+ERROR_FACTOR = {"float16": 2.0, "bfloat16": 3.0, "float32": 2.0}
+
+
+# ---- which problems -----------------------------------------------------------------------------------
+
+
+def tiles(problem: ConvProblem) -> tuple[int, int, int]:
+    """``(tiles_h, tiles_w, tiles)``: 4x4 output tiles per column and row, and over the batch."""
+    p, q = problem.output_size
+    th, tw = -(-p // kernels.TILE), -(-q // kernels.TILE)
+    return th, tw, problem.batch * th * tw
+
+
+def workspace_issue(problem: ConvProblem) -> str | None:
+    """Why the kernels' 32-bit offsets cannot address ``V``, ``M`` or ``U``, or None."""
+    t = tiles(problem)[2]
+    c, k = problem.in_channels, problem.out_channels
+    for what, n in (("V", POINTS2 * t * c), ("M", POINTS2 * t * k), ("U", POINTS2 * c * k)):
+        if n > plan.INT32_ELEMENTS:
+            return f"the transformed {what} would have {n} elements (32-bit offsets)"
+    return None
+
+
+def applies(problem: ConvProblem) -> bool:
+    """Whether the Winograd candidate is offered for ``problem`` (the gate; docs/winograd.md)."""
+    return (problem.direction == "fwd" and problem.ndim == 2 and problem.groups == 1
+            and problem.filter_size == (3, 3) and problem.stride == (1, 1) and problem.dilation == (1, 1)
+            and problem.in_channels >= MIN_CHANNELS and problem.out_channels >= MIN_CHANNELS
+            and problem.dtype in DTYPES and problem.weight_dtype == problem.dtype
+            and workspace_issue(problem) is None)
+
+
+#: GPU architectures on which these kernels have been run and timed. Elsewhere the candidate is tagged
+#: ``experimental`` (ranked after every other candidate) even where the plugin's table is measured.
+MEASURED_ARCHS: frozenset[str] = frozenset()
+
+
+def error_factor(problem: ConvProblem) -> float:
+    return ERROR_FACTOR[problem.dtype]
+
+
+def tags(common: frozenset[str], problem: ConvProblem) -> frozenset[str]:
+    """The plugin's tags for the candidate (deterministic, needs_workspace, cuda_graph_safe on GPUs: no host
+    synchronisation, the workspace the same size every run, the weight transform recomputed inside a graph
+    being captured), plus ``experimental`` on a GPU not in :data:`MEASURED_ARCHS`."""
+    if "interpreted" in common or problem.arch in MEASURED_ARCHS:
+        return common
+    return common | {"experimental"}
+
+
+# ---- the plan -----------------------------------------------------------------------------------------
+
+
+def transform_blocks(tab: configs.ArchTable) -> dict:
+    """The transform kernels' blocks of the table: ``configs.json`` ``archs.<arch>.winograd_transforms``
+    (``same_as`` followed): ``BLOCK_T`` tiles x ``BLOCK_C`` channels per program, ``num_warps``. The
+    weight transform takes ``BLOCK_T`` input x ``BLOCK_C`` output channels."""
+    archs = configs._raw()["archs"]
+    entry = archs[tab.name]
+    while "winograd_transforms" not in entry:
+        entry = archs[entry["same_as"]]
+    return entry["winograd_transforms"]
+
+
+def _words(elements: int, dtype: str) -> int:
+    """float32 words holding ``elements`` of ``dtype``, rounded up to 16 bytes (aligned pointers)."""
+    return -(-elements * element_size(dtype) // 16) * 4
+
+
+def workspace_parts(problem: ConvProblem) -> tuple[int, int]:
+    """float32 words of ``V`` and of ``M`` in the workspace (``V`` first)."""
+    t = tiles(problem)[2]
+    return (_words(POINTS2 * t * problem.in_channels, problem.dtype),
+            _words(POINTS2 * t * problem.out_channels, kernels.m_dtype(problem.dtype)))
+
+
+def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab: configs.ArchTable) -> plan.Plan:
+    """The four launches (:data:`LAUNCHES`) for ``problem``, dense operands in its layout."""
+    g = plan.Geometry.of(problem)
+    th, tw, t = tiles(problem)
+    c, k = g.cin, g.cout
+    blocks = transform_blocks(tab)
+    bt, bc, warps = blocks["BLOCK_T"], blocks["BLOCK_C"], blocks["num_warps"]
+    interpret = plan.interpreting()
+    sx = plan.strides_nchw(problem.input_shape, problem.layout)
+    sy = plan.strides_nchw(problem.output_shape, problem.layout)
+    sw = plan.strides_nchw(problem.weight_shape, problem.layout)
+
+    def launch(fn, grid, pointers, scalars, constexprs, num_warps, num_stages=1) -> plan.Launch:
+        return plan.Launch(fn, tuple(grid), tuple(pointers.items()), tuple(scalars.items()),
+                           tuple(constexprs.items()), num_warps, num_stages)
+
+    cdiv = plan._cdiv
+    weight = launch(kernels.winograd_weight_transform, (cdiv(k, bc), cdiv(c, bt)), dict(w_ptr="b", u_ptr="u"),
+                    dict(C=c, K=k, **dict(zip(("swk", "swc", "swr", "sws"), sw))),
+                    dict(BLOCK_C=bt, BLOCK_K=bc, INTERPRET=interpret), warps)
+    inp = launch(kernels.winograd_input_transform, (cdiv(t, bt), cdiv(c, bc)), dict(x_ptr="a", v_ptr="v"),
+                 dict(C=c, H=g.h, W=g.w, TILES_H=th, TILES_W=tw, T=t, PAD_H=g.pad[0], PAD_W=g.pad[1],
+                      **plan._named("sx", sx)),
+                 dict(BLOCK_T=bt, BLOCK_C=bc, INTERPRET=interpret), warps)
+    gemm = launch(kernels.winograd_gemm, (cdiv(t, config.block_m) * cdiv(k, config.block_n), POINTS2),
+                  dict(v_ptr="v", u_ptr="u", m_ptr="m"), dict(T=t, C=c, K=k),
+                  dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                       GROUP_M=config.group_m, INTERPRET=interpret), config.num_warps, config.num_stages)
+    out = launch(kernels.winograd_output_transform, (cdiv(t, bt), cdiv(k, bc)),
+                 dict(m_ptr="m", bias_ptr="bias" if problem.bias else "out", y_ptr="out"),
+                 dict(K=k, P=g.p, Q=g.q, H=g.h, W=g.w, PAD_H=g.pad[0], PAD_W=g.pad[1], TILES_H=th, TILES_W=tw, T=t,
+                      **plan._named("sy", sy)),
+                 dict(HAS_BIAS=problem.bias, ACTIVATION=problem.activation or "", BLOCK_T=bt, BLOCK_K=bc,
+                      INTERPRET=interpret), warps)
+    return plan.Plan(kernel, config, 1, (weight, inp, gemm, out), sum(workspace_parts(problem)))
+
+
+# ---- the transformed-weight cache ------------------------------------------------------------------------
+
+
+class WeightTransformCache:
+    """A bounded LRU of transformed weights ``U``, keyed on the weight tensor's identity and version.
+
+    A hit needs the same device, data pointer, shape, strides, dtype and ``_version`` (every in-place
+    operation on the tensor or a view of it bumps the version) *and* the same, still living storage
+    (checked through a weak reference, so a new tensor allocated where a freed one was, with the same
+    version, is a miss). Not tracked, as for autograd: writes through ``tensor.data`` or from outside
+    PyTorch. Inference tensors have no version counter and are never cached. Entries whose weight has
+    been freed, and older versions of a weight, are dropped at the next insertion; beyond
+    ``max_entries`` or ``max_bytes`` the least recently used go.
+    """
+
+    def __init__(self, max_entries: int = 64, max_bytes: int = 1 << 30) -> None:
+        self.max_entries, self.max_bytes = max_entries, max_bytes
+        self._entries: OrderedDict[tuple, tuple[StorageWeakRef, torch.Tensor]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def key(w: torch.Tensor) -> tuple:
+        return (w.device.type, w.device.index, w.data_ptr(), tuple(w.shape), tuple(w.stride()), w.dtype, w._version)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    def get(self, w: torch.Tensor, make) -> torch.Tensor:
+        """``U`` of weight ``w``: the cached one, or ``make()``'s (then cached)."""
+        if w.is_inference():
+            return make()
+        key, ref = self.key(w), StorageWeakRef(w.untyped_storage())
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and not entry[0].expired() and entry[0] == ref:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return entry[1]
+        value = make()
+        size = value.numel() * value.element_size()
+        with self._lock:
+            self.misses += 1
+            # Dead weights, and older versions of this one (a version never comes back).
+            for stale in [k for k, (r, _) in self._entries.items() if r.expired() or k[:-1] == key[:-1]]:
+                self._bytes -= self._drop(stale)
+            if size <= self.max_bytes:
+                self._entries[key] = (ref, value)
+                self._bytes += size
+            while self._entries and (len(self._entries) > self.max_entries or self._bytes > self.max_bytes):
+                self._bytes -= self._drop(next(iter(self._entries)))
+        return value
+
+    def _drop(self, key) -> int:
+        _, value = self._entries.pop(key)
+        return value.numel() * value.element_size()
+
+
+#: The process's cache: ``CONV_RDNA_WINOGRAD_CACHE_ENTRIES`` (default 64) transformed weights of at most
+#: ``CONV_RDNA_WINOGRAD_CACHE_MB`` (default 1024) MiB together.
+WEIGHT_CACHE = WeightTransformCache(int(os.environ.get("CONV_RDNA_WINOGRAD_CACHE_ENTRIES", 64)),
+                                    int(os.environ.get("CONV_RDNA_WINOGRAD_CACHE_MB", 1024)) << 20)
+
+
+# ---- running --------------------------------------------------------------------------------------------
+
+
+def _launch(launches, tensors: dict[str, torch.Tensor], device: torch.device) -> None:
+    def go():
+        for lc in launches:
+            pointers = {name: tensors[role] for name, role in lc.pointers}
+            lc.kernel[lc.grid](**pointers, **dict(lc.scalars), **dict(lc.constexprs), num_warps=lc.num_warps,
+                               num_stages=lc.num_stages)
+
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            go()
+    else:
+        go()
+
+
+def transform_weight(problem: ConvProblem, p: plan.Plan, w: torch.Tensor) -> torch.Tensor:
+    """``U`` (36 x C x K, input dtype, flat) of weight ``w``, computed now."""
+    from .launch import _dense_copy, _planned
+
+    w = w if _planned(w, problem.layout) else _dense_copy(w, problem.layout)
+    u = torch.empty(POINTS2 * problem.in_channels * problem.out_channels, dtype=w.dtype, device=w.device)
+    _launch(p.launches[:1], {"b": w, "u": u}, w.device)
+    return u
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
+        out: torch.Tensor | None = None) -> torch.Tensor:
+    """Compute ``problem`` (forward) on ``x = a``, ``w = b`` (and ``bias``) into ``out`` or a new tensor."""
+    from .launch import _dense_copy, _planned
+
+    layout = problem.layout
+    if out is not None and not _planned(out, layout):
+        out.copy_(run(problem, p, a, b, bias))
+        return out
+    a = a if _planned(a, layout) else _dense_copy(a, layout)
+    make = lambda: transform_weight(problem, p, b)  # noqa: E731
+    u = make() if _capturing(b.device) else WEIGHT_CACHE.get(b, make)
+    result = problem.empty_result(a.device) if out is None else out
+    v_words, _ = workspace_parts(problem)
+    workspace = torch.empty(p.workspace_elements, dtype=torch.float32, device=a.device)
+    tensors = {"a": a, "u": u, "out": result, "v": workspace[:v_words].view(a.dtype),
+               "m": workspace[v_words:].view(torch_dtype(kernels.m_dtype(problem.dtype)))}
+    if bias is not None:
+        tensors["bias"] = bias.contiguous()
+    _launch(p.launches[1:], tensors, a.device)
+    return result
+
+
+# ---- the estimate -----------------------------------------------------------------------------------------
+
+
+def gemm_utilization(problem: ConvProblem, config: configs.TileConfig) -> float:
+    """Fraction of the GEMM tiles' work that is real (tiles x output channels x input channels)."""
+    used = 1.0
+    for size, block in ((tiles(problem)[2], config.block_m), (problem.out_channels, config.block_n),
+                        (problem.in_channels, config.block_k)):
+        used *= size / (math.ceil(size / block) * block)
+    return used
+
+
+def traffic(problem: ConvProblem) -> dict[str, int]:
+    """Bytes each stage moves: the input transform (``x`` read, ``V`` written), the GEMMs (``V`` and
+    ``U`` read, ``M`` written), the output transform (``M`` read, bias, ``y`` written)."""
+    t = tiles(problem)[2]
+    c, k = problem.in_channels, problem.out_channels
+    es, ms = element_size(problem.dtype), element_size(kernels.m_dtype(problem.dtype))
+    x_bytes = math.prod(problem.input_shape) * es
+    y_bytes = math.prod(problem.output_shape) * element_size(problem.out_dtype)
+    v, m, u = POINTS2 * t * c * es, POINTS2 * t * k * ms, POINTS2 * c * k * es
+    bias = k * element_size(problem.out_dtype) if problem.bias else 0
+    return {"x": x_bytes, "v": v, "u": u, "m": m, "y": y_bytes + bias}
+
+
+def winograd_flops(problem: ConvProblem) -> int:
+    """The GEMMs' flops: ``2 * 36 * tiles * C * K`` (a quarter of ``problem.flops`` when the output is a
+    multiple of 4; the transforms' additions are on the memory side of the roofline)."""
+    return 2 * POINTS2 * tiles(problem)[2] * problem.in_channels * problem.out_channels
+
+
+def estimate_us(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable) -> float:
+    """Three kernels in sequence at the roofline rates of ``conv_core.estimate``, scaled by the table's
+    efficiencies: the input transform (memory), the GEMMs (the slower of their flops and bytes), the
+    output transform (memory), plus three launches. Channels-first tensors: the transforms' reads of
+    ``x`` and writes of ``y`` are strided, at ``channels_first_factor`` of the memory efficiency."""
+    eff = tab.efficiency[KERNEL]
+    compute_us, memory_us = roofline_us(problem)
+    per_flop, per_byte = compute_us / problem.flops, memory_us / problem.min_bytes
+    b = traffic(problem)
+    strided = 1.0 / tab.efficiency["channels_first_factor"] if problem.layout == "channels_first" else 1.0
+    mem = eff["memory"]
+    t_input = (b["x"] * strided + b["v"]) * per_byte / mem
+    t_gemm = max(winograd_flops(problem) * per_flop / (eff["compute"] * gemm_utilization(problem, p.config)),
+                 (b["v"] + b["u"] + b["m"]) * per_byte / mem)
+    t_output = (b["m"] + b["y"] * strided) * per_byte / mem
+    return t_input + t_gemm + t_output + (len(LAUNCHES) - 1) * spec(problem.arch).launch_us

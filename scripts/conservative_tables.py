@@ -1,0 +1,71 @@
+"""Shippable tables from two independent measurements: `conv-core tune` tables and `conv-core bench` JSON.
+
+On the device machine about 1.5% of repeated measurements differ by more than
+2x (see docs/benchmarks/2026-11-21-h100-rdna.md), in either direction. A table
+that ranks on one noisy number can switch a layer away from aten on a fluke.
+So each entry is combined conservatively, against the plugin: a plugin kernel
+keeps the slower of its two times, aten the faster. A plugin then wins a layer
+only where it was faster in both runs.
+
+Entries the sweep of a plugin measured (``--sweep``: ``python -m conv_rdna.sweep run`` output, each
+configuration gated against the reference) are added for kernel ids the tables lack, so a layer
+whose winning configuration changed after the tune still ranks on a measured time.
+
+Usage: python3 scripts/conservative_tables.py [--sweep SWEEP.json] TABLES_DIR OUT_DIR BENCH.json...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from conv_core.tuning import Entry, read_entries, write_entries
+
+
+def bench_times(paths) -> dict[tuple[str, str], float]:
+    times = {}
+    for path in paths:
+        for row in json.loads(Path(path).read_text())["rows"]:
+            for m in row["measurements"]:
+                if m["us"]:
+                    times[(row["problem"], m["kernel"])] = m["us"]
+    return times
+
+
+def sweep_entries(path: str, backend: str, device: str, version: str) -> list[Entry]:
+    """Table entries from a sweep's gated timings (kernel id from the kernel and configuration name)."""
+    data = json.loads(Path(path).read_text())
+    return [Entry(device, data["arch"], f"{row['layer']} {data['arch']}",
+                  f"{backend}:{row['kernel']}:{row['config_name']}",
+                  version, row["us"]) for row in data["results"] if row["us"] is not None]
+
+
+def main(argv=None) -> int:
+    args = list(argv or sys.argv[1:])
+    sweep = None
+    if args[0] == "--sweep":
+        sweep, args = args[1], args[2:]
+    tables, out, *benches = args
+    again = bench_times(benches)
+    for path in sorted(Path(tables).glob("*.json")):
+        entries = []
+        for e in read_entries(path):
+            other = again.get((e.problem, e.kernel))
+            if e.status == "ok" and other is not None:
+                keep = min if e.kernel.startswith("aten:") else max
+                e = replace(e, us=keep(e.us, other))
+            entries.append(e)
+        if sweep and not path.name.startswith("aten_"):
+            backend, template = path.name.split("_", 1)[0], entries[0]
+            known = {(e.problem, e.kernel) for e in entries}
+            entries += [e for e in sweep_entries(sweep, backend, template.device, template.backend_version)
+                        if (e.problem, e.kernel) not in known]
+        write_entries(Path(out) / path.name, entries)
+        print(f"{path.name}: {len(entries)} entries")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
