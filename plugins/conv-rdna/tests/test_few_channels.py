@@ -94,7 +94,8 @@ def test_few_channels_out(cout, dtype, layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_few_channels_out_chunks_groups_and_float32_result(layout):
     """5 output channels of a 3x3 filter in 32 columns: chunks of 3 and 2 channels (grid axis 2); 2 groups."""
-    problem = fwd(in_channels=12, out_channels=10, groups=2, input_size=(9, 10), filter_size=3, padding=((0, 1), (1, 1)),
+    problem = fwd(in_channels=12, out_channels=10, groups=2, input_size=(9, 10), filter_size=3,
+                  padding=((0, 1), (1, 1)),
                   bias=True, activation="relu6", dtype="float16", out_dtype="float32", layout=layout)
     p = check(problem, "few_channels_out", OUT_TILES)
     assert p.launches[0].grid[1:] == (2, 2)
@@ -116,7 +117,8 @@ def test_few_channels_out_conv1d_and_1x1(layout):
 def test_bfloat16_under_the_interpreter(kernel, fields):
     """bf16 operands are upcast before tl.dot and rounded (not truncated) on store when interpreted."""
     assert plan.interpreting() == (DEVICE == "cpu")
-    check(fwd(dtype="bfloat16", layout="channels_last", **fields), kernel, IN_TILES if kernel.endswith("in") else OUT_TILES)
+    tiles = IN_TILES if kernel.endswith("in") else OUT_TILES
+    check(fwd(dtype="bfloat16", layout="channels_last", **fields), kernel, tiles)
 
 
 @pytest.mark.parametrize("kernel, fields", [
