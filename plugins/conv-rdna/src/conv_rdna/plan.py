@@ -213,7 +213,9 @@ def _epilogue(problem: ConvProblem) -> dict:
     return dict(HAS_BIAS=problem.bias, ACTIVATION=problem.activation or "")
 
 
-def _implicit_gemm(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+def _forward_gemm_args(problem: ConvProblem, config: TileConfig) -> tuple:
+    """(grid, pointers, scalars, constexprs) shared by the forward implicit GEMMs: output pixels x output
+    channels tiles, one grid column per group, operands through their strides, the fused epilogue."""
     g = Geometry.of(problem)
     sx, sy = strides_nchw(problem.input_shape, problem.layout), strides_nchw(problem.output_shape, problem.layout)
     sw = strides_nchw(problem.weight_shape, problem.layout)
@@ -222,6 +224,11 @@ def _implicit_gemm(problem: ConvProblem, kernel: str, config: TileConfig, tab: A
     grid = (_cdiv(g.batch * g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
+    return grid, pointers, scalars, constexprs
+
+
+def _implicit_gemm(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config)
     return Plan(kernel, config, 1, (_launch(conv_fwd_implicit_gemm, grid, pointers, scalars, constexprs, config),))
 
 
@@ -352,15 +359,8 @@ def few_cout_work(problem: ConvProblem, config: TileConfig) -> tuple[float, int]
 
 
 def _few_cin(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    g = Geometry.of(problem)
-    sx, sy = strides_nchw(problem.input_shape, problem.layout), strides_nchw(problem.output_shape, problem.layout)
-    sw = strides_nchw(problem.weight_shape, problem.layout)
-    scalars = {**_conv_scalars(g), **_named("sx", sx), **dict(zip(("swk", "swc", "swr", "sws"), sw)),
-               **_named("sy", sy)}
-    grid = (_cdiv(g.batch * g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
-    pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
-    constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m,
-                  "CHANNELS_INNER": problem.layout == "channels_last"}
+    grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config)
+    constexprs["CHANNELS_INNER"] = problem.layout == "channels_last"
     return Plan(kernel, config, 1, (_launch(conv_fwd_few_cin, grid, pointers, scalars, constexprs, config),))
 
 
