@@ -8,6 +8,7 @@
 #                target report; raw files packed into OUT_DIR/bench_NAME.tgz (the device returns few files)
 #   tune:NAME  : `conv-core tune` over the same suites, split into the tables NAME and aten ship,
 #                installed into the packages for the stages after it (OUT_DIR/tune_NAME.tgz)
+# bench and tune load only aten and backend NAME (CONV_CORE_PLUGINS); REPS sets their repetitions (30).
 set -uo pipefail
 out=${1:?output folder}; shift
 mkdir -p "$out"
@@ -43,8 +44,8 @@ for stage in "$@"; do
         for direction in fwd bwd_data bwd_weight; do
           for layout in nhwc nchw; do
             tag=${spec%%:*}_${direction}_${layout}
-            CONV_CORE_TUNING_DB=$work/empty.json conv-core bench --suite "${spec%%:*}" --batch "${spec##*:}" \
-              --dtype bf16 --layout $layout --direction $direction --reps 30 --json "$work/$tag.json" \
+            CONV_CORE_PLUGINS=$name CONV_CORE_TUNING_DB=$work/empty.json conv-core bench --suite "${spec%%:*}" --batch "${spec##*:}" \
+              --dtype bf16 --layout $layout --direction $direction --reps "${REPS:-30}" --json "$work/$tag.json" \
               > "$work/$tag.txt" 2>&1 || status=1
             tail -1 "$work/$tag.txt"
           done
@@ -61,10 +62,11 @@ for stage in "$@"; do
       for spec in resnet50:32 sd_vae_decoder:1 retinanet_head:2; do
         for direction in fwd bwd_data bwd_weight; do
           for layout in nhwc nchw; do
-            conv-core tune --suite "${spec%%:*}" --batch "${spec##*:}" --dtype bf16 --layout $layout \
-              --direction $direction --reps 30 --db "$work/tuning.json" >> "$work/tune.log" 2>&1 || status=1
+            CONV_CORE_PLUGINS=$name conv-core tune --suite "${spec%%:*}" --batch "${spec##*:}" --dtype bf16 --layout $layout \
+              --direction $direction --reps "${REPS:-30}" --db "$work/tuning.json" >> "$work/tune.log" 2>&1 || status=1
           done
         done
+        tar czf "$out/tune_$name.tgz" -C "$work" .  # what is done so far survives a time-out
       done
       python3 scripts/split_tables.py "$work/tuning.json" "$work/tables" || status=1
       # install them where the packages ship them, so later stages of this run rank on them too

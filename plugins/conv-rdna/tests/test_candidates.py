@@ -42,15 +42,18 @@ def test_backend_loads_through_its_entry_point():
     assert [t.name for t in tables] == ["rdna_sm_90.json"] and all(t.is_file() for t in tables)
 
 
-@pytest.mark.parametrize("p, kernels", [
-    (problem(), ["implicit_gemm"]),
-    (problem(filter_size=1, padding=0), ["implicit_gemm", "gemm1x1"]),
-    (problem(filter_size=1, padding=0, stride=2), ["implicit_gemm"]),
-    (problem(filter_size=1, padding=((0, 1), (0, 0))), ["implicit_gemm"]),
-    (problem("bwd_data"), ["bwd_data_phased"]),
-    (problem("bwd_data", filter_size=1, padding=0), ["bwd_data_phased", "gemm1x1"]),
-    (problem("bwd_weight"), ["bwd_weight_split", "bwd_weight_atomic"]),
-    (problem(input_size=(30,), filter_size=5, padding=2), ["implicit_gemm"]),
+@pytest.mark.parametrize("p, kernels", [  # channels-first problems (ConvProblem's default layout)
+    (problem(), ["implicit_gemm", "implicit_gemm_cf"]),
+    (problem(layout="channels_last"), ["implicit_gemm"]),
+    (problem(filter_size=1, padding=0), ["implicit_gemm", "gemm1x1", "implicit_gemm_cf"]),
+    (problem(filter_size=1, padding=0, stride=2), ["implicit_gemm", "implicit_gemm_cf"]),
+    (problem(filter_size=1, padding=((0, 1), (0, 0))), ["implicit_gemm", "implicit_gemm_cf"]),
+    (problem("bwd_data"), ["bwd_data_phased", "bwd_data_cf"]),
+    (problem("bwd_data", stride=2), ["bwd_data_phased"]),
+    (problem("bwd_data", filter_size=1, padding=0), ["bwd_data_phased", "gemm1x1", "bwd_data_cf"]),
+    (problem("bwd_weight"), ["bwd_weight_split", "bwd_weight_atomic", "bwd_weight_cf"]),
+    (problem("bwd_weight", layout="channels_last"), ["bwd_weight_split", "bwd_weight_atomic"]),
+    (problem(input_size=(30,), filter_size=5, padding=2), ["implicit_gemm", "implicit_gemm_cf"]),
 ])
 def test_kernels_offered(p, kernels):
     assert [c.kernel for c in answer(p)] == kernels
@@ -110,7 +113,8 @@ def test_tags_on_the_cpu():
 
 
 def test_tags_on_a_gpu():
-    p = problem("bwd_weight", arch="gfx1201", batch=32, in_channels=64, out_channels=64, input_size=(56, 56))
+    p = problem("bwd_weight", arch="gfx1201", batch=32, in_channels=64, out_channels=64, input_size=(56, 56),
+                layout="channels_last")
     split, atomic = answer(p, CUDA)
     assert {"deterministic", "needs_workspace", "cuda_graph_safe", "experimental"} <= split.tags
     assert split.workspace_bytes == 4 * int(split.config.rsplit("x", 1)[1]) * math.prod(p.weight_shape)

@@ -7,6 +7,7 @@ Interpreted on the CPU (see conftest.py); ``CONV_RDNA_TEST_DEVICE=cuda`` runs th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from fractions import Fraction
@@ -251,13 +252,31 @@ def test_gate():
 def test_candidate_metadata():
     problem = fwd(in_channels=64, out_channels=64, arch="sm_90", dtype="bfloat16", bias=True, activation="relu")
     (wino,) = [c for c in candidates.candidates(problem, CUDA) if c.kernel == KERNEL]
-    assert {"deterministic", "needs_workspace", "cuda_graph_safe", "experimental"} <= wino.tags
+    assert {"deterministic", "needs_workspace", "cuda_graph_safe"} <= wino.tags
+    assert ("experimental" in wino.tags) == (not configs.table("sm_90").is_measured("winograd"))
     assert "atomics" not in wino.tags
     t = winograd.tiles(problem)[2]
     assert wino.workspace_bytes >= 36 * t * 64 * 2 * 2  # V and M (bf16)
     assert wino.workspace_bytes <= 36 * t * 64 * 2 * 2 + 32
     assert wino.error_factor == winograd.ERROR_FACTOR["bfloat16"]
     assert wino.kernel_id == "rdna:winograd_f4x3:m128n64k64g8w4s3"
+
+
+def test_experimental_until_the_sweep_has_timed_it(monkeypatch):
+    """The hardware status comes from the swept table, as for every family: ``experimental`` on a GPU until
+    ``data/swept/<arch>.json`` has winograd's winners (``ArchTable.is_measured``), never on the interpreter."""
+    problem = fwd(in_channels=64, out_channels=64, arch="sm_90", dtype="bfloat16")
+    tab = configs.table("sm_90")
+
+    def wino_tags(measured: frozenset[str], device=CUDA) -> frozenset[str]:
+        swept = dataclasses.replace(tab, measured=False, measured_families=measured)
+        monkeypatch.setattr(configs, "table_for", lambda arch, interpreted: swept)
+        return next(c for c in candidates.candidates(problem, device) if c.kernel == KERNEL).tags
+
+    others = tab.measured_families - {"winograd"}
+    assert "experimental" in wino_tags(others)
+    assert "experimental" not in wino_tags(others | {"winograd"})
+    assert "experimental" not in wino_tags(others, CPU) and "interpreted" in wino_tags(others, CPU)
 
 
 def test_estimates_follow_the_arithmetic_intensity():

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
 
-from . import configs, plan, winograd
+from . import configs, plan, sweep, winograd
 
 #: Compile targets: arch name -> (Triton backend, arch, warp size).
 TARGETS = {
@@ -123,6 +123,9 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     depthwise = kernel in plan.DEPTHWISE_KERNELS
     if shape.startswith("dw") and not depthwise:
         return None
+    channels_first = kernel in plan.CHANNELS_FIRST_KERNELS.values()
+    if channels_first and layout != "channels_first":  # offered for channels-first problems only
+        return None
     if shape.startswith("wino") and kernel != winograd.KERNEL:
         return None
     fields = dict(SHAPES[shape], dtype=dtype, layout=layout, arch=arch)
@@ -137,9 +140,12 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     problem = ConvProblem("fwd", **{"stride": 1, "padding": 0, "dilation": 1, **fields})
     if kernel == winograd.KERNEL:  # only the geometries it is offered for
         return problem.replace(bias=True, activation="gelu") if winograd.applies(problem) else None
-    if kernel in ("implicit_gemm", "gemm1x1", "depthwise_fwd", *FEW_CHANNELS):
+    if kernel in ("implicit_gemm", "gemm1x1", "depthwise_fwd", "implicit_gemm_cf", *FEW_CHANNELS):
         return problem.replace(bias=True, activation="gelu")
-    return problem.with_direction("bwd_data" if kernel in ("bwd_data_phased", "depthwise_bwd_data") else "bwd_weight")
+    if kernel == "bwd_data_cf" and problem.stride != (1,) * problem.ndim:
+        return None
+    return problem.with_direction("bwd_data" if kernel in ("bwd_data_phased", "depthwise_bwd_data", "bwd_data_cf")
+                                  else "bwd_weight")
 
 
 def _depthwise_shapes(target: str, tab: configs.ArchTable, kernel: str, config, dtype: str, layout: str) -> list:
@@ -172,8 +178,9 @@ def jobs(targets=tuple(TARGETS)) -> list[Job]:
                         if kernel in plan.DEPTHWISE_KERNELS:  # none: never chosen for this dtype and layout
                             shapes = _depthwise_shapes(target, tab, kernel, config, dtype, layout)
                         for shape in shapes:
-                            add(target, tab, kernel, config,
-                                representative_problem(kernel, dtype, layout, target, shape), shape)
+                            problem = representative_problem(kernel, dtype, layout, target, shape)
+                            if problem is not None:  # a kernel offered for one layout only
+                                add(target, tab, kernel, config, problem, shape)
             for shape, (dtype, layout) in EDGE_SHAPES.items():
                 problem = representative_problem(kernel, dtype, layout, target, shape)
                 if problem is not None:
@@ -181,11 +188,37 @@ def jobs(targets=tuple(TARGETS)) -> list[Job]:
     return list(found.values())
 
 
+def space_jobs(targets=tuple(TARGETS), dtypes=("bfloat16",)) -> list[Job]:
+    """The offline sweep's configurations (``data/sweep_space.json``) of ``targets``, to check before a GPU
+    times them that they spill nothing and fit shared memory (``python -m conv_rdna.aot --sweep-space``).
+
+    Each configuration of each kernel, for ``dtypes`` (the sweep's ``--dtype``; bf16 by default) and both
+    layouts, on the geometries the tables' own configurations compile on (``mid``, and the depthwise kernels
+    on every one of :data:`DEPTHWISE_SHAPES`, since the sweep times every configuration on every layer). Only
+    the launch that takes the configuration (:data:`MATRIX_LAUNCH`, else the first): the split reduction
+    and Winograd's transforms do not depend on it and are compiled with the tables' jobs.
+    """
+    found = []
+    for target in targets:
+        for kernel, family in plan.KERNELS.items():
+            shapes = DEPTHWISE_SHAPES if kernel in plan.DEPTHWISE_KERNELS else ("mid",)
+            for config in sweep.space_configs(target, family):
+                for dtype in dtypes:
+                    for layout in ("channels_last", "channels_first"):
+                        for shape in shapes:
+                            if representative_problem(kernel, dtype, layout, target, shape) is not None:
+                                found.append(Job(target, kernel, config.name, dtype, layout,
+                                                 MATRIX_LAUNCH.get(kernel, 0), shape))
+    return found
+
+
 # ---- compiling one job -----------------------------------------------------------------------------
 
 
 def _find_config(tab: configs.ArchTable, kernel: str, name: str) -> configs.TileConfig:
-    return next(c for c in tab.configs(plan.KERNELS[kernel]) if c.name == name)
+    """The configuration called ``name``: one the table ships, else one of the sweep space (:func:`space_jobs`)."""
+    family = plan.KERNELS[kernel]
+    return next(c for c in (*tab.configs(family), *sweep.space_configs(tab.name, family)) if c.name == name)
 
 
 def _amd_stats(asm: str) -> dict:
@@ -283,10 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", action="append", choices=sorted(TARGETS), help="repeatable; default: all")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes")
     parser.add_argument("--json", metavar="PATH", help="also write the results to PATH as a JSON list")
+    parser.add_argument("--sweep-space", action="store_true",
+                        help="compile the offline sweep's configurations (data/sweep_space.json) instead of the "
+                             "tables' (bf16, both layouts)")
     args = parser.parse_args(argv)
     if plan.interpreting():
         parser.error("unset TRITON_INTERPRET: the compile checks need Triton's compiler, not its interpreter")
-    results = compile_all(jobs(tuple(args.target or TARGETS)), args.jobs)
+    results = compile_all((space_jobs if args.sweep_space else jobs)(tuple(args.target or TARGETS)), args.jobs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=0)

@@ -18,6 +18,11 @@ the table picks (:func:`conv_rdna.configs.select`):
 ``depthwise_bwd_weight``      weight gradient of depthwise problems, deterministic split reduction
 ``winograd_f4x3``             forward, 3x3 / stride 1 / dilation 1 / groups 1, >= 64 input and output
                               channels: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`)
+``implicit_gemm_cf``          forward of channels-first problems, pixel tiles of one image loading along W
+``bwd_data_cf``               data gradient of channels-first stride-1 problems (the same kernel, on ``dy``
+                              with the flipped weight)
+``bwd_weight_cf``             weight gradient of channels-first problems, pixel blocks of one image,
+                              deterministic split reduction
 ============================  ======================================================================
 """
 
@@ -93,33 +98,46 @@ def kernels_for(problem: ConvProblem) -> tuple[str, ...]:
 
 def _general_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
     if problem.direction == "bwd_weight":
-        return ("bwd_weight_split", "bwd_weight_atomic")
+        return ("bwd_weight_split", "bwd_weight_atomic") + _channels_first_kernels_for(problem)
     general = "implicit_gemm" if problem.direction == "fwd" else "bwd_data_phased"
     pointwise = (all(k == 1 for k in problem.filter_size) and all(s == 1 for s in problem.stride)
                  and not any(lo or hi for lo, hi in problem.padding))
     kernels = (general, "gemm1x1") if pointwise else (general,)
+    kernels += _channels_first_kernels_for(problem)
     kernels += plan.few_channels_kernels(problem)  # forward, <= 8 input or output channels per group
     return kernels + ((winograd.KERNEL,) if winograd.applies(problem) else ())
 
 
+def _channels_first_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
+    """The channels-first kernel of the problem's direction, for channels-first problems (the data
+    gradient: stride 1 only, where it is a forward convolution of ``dy``)."""
+    if problem.layout != "channels_first" or (problem.direction == "bwd_data" and any(s != 1 for s in problem.stride)):
+        return ()
+    return (plan.CHANNELS_FIRST_KERNELS[problem.direction],)
+
+
 def candidates(problem: ConvProblem, device: torch.device) -> list[Candidate | Declined]:
-    """The hook's answer: one candidate per applicable kernel, or one Declined."""
+    """The hook's answer: one candidate per applicable kernel, with the table's configuration, or one Declined."""
     reason = decline_reason(problem, device)
     if reason:
         return [Declined(BACKEND, reason)]
+    tab = configs.table_for(problem.arch, interpreted=device.type == "cpu")
+    return [candidate(problem, kernel, configs.select(tab, plan.KERNELS[kernel], problem), tab, device)
+            for kernel in kernels_for(problem)]
+
+
+def candidate(problem: ConvProblem, kernel: str, config, tab: configs.ArchTable, device: torch.device) -> Candidate:
+    """The candidate of ``kernel`` with ``config`` (any configuration of its family): the one way to build
+    one, shared by the hook and the offline sweep (:mod:`conv_rdna.sweep`), so that what is swept is what
+    is offered. Winograd runs through its own ``run`` (the transformed-weight cache) and declares its
+    error factor."""
     interpreted = device.type == "cpu"
-    tab = configs.table_for(problem.arch, interpreted)
-    result = []
-    for kernel in kernels_for(problem):
-        config = configs.select(tab, plan.KERNELS[kernel], problem)
-        p = plan.make_plan(problem, kernel, config, tab)
-        wino = kernel == winograd.KERNEL  # its own run (weight cache), error factor and hardware status
-        result.append(Candidate(
-            BACKEND, kernel, p.config_name, run=functools.partial(winograd.run if wino else launch.run, problem, p),
-            estimate_us=estimate(problem, p, tab, interpreted),
-            tags=winograd.tags(tags(problem, p, tab, device), problem) if wino else tags(problem, p, tab, device),
-            workspace_bytes=p.workspace_bytes, error_factor=winograd.error_factor(problem) if wino else 1.0))
-    return result
+    p = plan.make_plan(problem, kernel, config, tab)
+    wino = kernel == winograd.KERNEL
+    return Candidate(BACKEND, kernel, p.config_name,
+                     run=functools.partial(winograd.run if wino else launch.run, problem, p),
+                     estimate_us=estimate(problem, p, tab, interpreted), tags=tags(problem, p, tab, device),
+                     workspace_bytes=p.workspace_bytes, error_factor=winograd.error_factor(problem) if wino else 1.0)
 
 
 def tags(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, device: torch.device) -> frozenset[str]:
@@ -143,7 +161,7 @@ def tile_utilization(problem: ConvProblem, p: plan.Plan) -> float:
     family = plan.KERNELS[p.kernel]
     view = configs.gemm_view(problem, family)
     c = p.config
-    red_block = 1 if family == "bwd_weight" else c.block_k  # pixel blocks: only the last one is partial
+    red_block = 1 if family == "bwd_weight" else c.block_k  # batch-wide pixel blocks: only the last is partial
     used = 1.0
     for size, block in ((view["m"], c.block_m), (view["n"], c.block_n), (view["red"], red_block)):
         used *= size / (math.ceil(size / block) * block)
@@ -188,8 +206,8 @@ def estimate(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, interpr
             compute, memory = compute * eff["channels_first"], memory * eff["channels_first"]
     else:
         compute = eff["compute"] * tile_utilization(problem, p)
-        if problem.layout == "channels_first":
-            compute *= tab.efficiency["channels_first_factor"]
+        if problem.layout == "channels_first" and p.kernel not in plan.CHANNELS_FIRST_KERNELS.values():
+            compute *= tab.efficiency["channels_first_factor"]  # kernels tiled for channels-last tensors
     us = estimate_us(problem, compute, memory, launches=len(p.launches) + (1 if p.zero else 0))
     us += 2 * p.workspace_bytes / (spec(problem.arch).copy_tbps * 1e6) / memory
     if interpreted:

@@ -39,9 +39,13 @@ FEW_CHANNELS_FAMILIES = ("few_channels_in", "few_channels_out")
 #: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`): its GEMMs' tiles (tiles x output x input channels).
 WINOGRAD_FAMILIES = ("winograd",)
 
+#: Channels-first families (:mod:`conv_rdna.kernels.channels_first`): the forward kernel (which also runs
+#: the stride-1 data gradient) and the weight gradient, tiling the pixels of one image at a time.
+CHANNELS_FIRST_FAMILIES = ("implicit_gemm_cf", "bwd_weight_cf")
+
 #: Kernel families that take tile configurations from the table.
 FAMILIES = (("implicit_gemm", "gemm1x1", "bwd_data", "bwd_weight") + DEPTHWISE_FAMILIES + FEW_CHANNELS_FAMILIES
-            + WINOGRAD_FAMILIES)
+            + WINOGRAD_FAMILIES + CHANNELS_FIRST_FAMILIES)
 
 #: Conditions a bucket may have (``layouts``: the problem's memory layouts it applies to).
 CONDITIONS = ("max_m", "max_n", "max_red", "dtypes", "layouts")
@@ -335,6 +339,12 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
         return {"m": pixels_in, "n": cin, "red": cout}
     if family == "bwd_data":
         return {"m": pixels_in // math.prod(problem.stride), "n": cin, "red": cout}
+    if family == "implicit_gemm_cf":  # pixel tiles of one image; the data gradient produces dx
+        if problem.direction == "fwd":
+            return {"m": pixels_out // problem.batch, "n": cout, "red": cin}
+        return {"m": pixels_in // problem.batch, "n": cin, "red": cout}
+    if family == "bwd_weight_cf":  # pixel blocks of one image
+        return {"m": cout, "n": cin, "red": pixels_out // problem.batch}
     if family == "bwd_weight":
         return {"m": cout, "n": cin, "red": pixels_out}
     if family in DEPTHWISE_FAMILIES:  # pixels per image (of the tile grid), channels, taps; and the layout

@@ -23,6 +23,7 @@ from conv_core.problem import ConvProblem, layout_order
 from .configs import ArchTable, TileConfig, depthwise_split_count, split_count
 from .kernels.bwd_data import conv_bwd_data_phased
 from .kernels.bwd_weight import conv_bwd_weight_partial, reduce_splits
+from .kernels.channels_first import conv_bwd_weight_cf, conv_fwd_cf
 from .kernels.depthwise import conv_dw_bwd_data, conv_dw_bwd_weight, conv_dw_fwd
 from .kernels.few_channels import conv_fwd_few_cin, conv_fwd_few_cout
 from .kernels.gemm1x1 import conv_gemm1x1
@@ -47,7 +48,13 @@ KERNELS = {
     "few_channels_in": "few_channels_in",
     "few_channels_out": "few_channels_out",
     "winograd_f4x3": "winograd",
+    "implicit_gemm_cf": "implicit_gemm_cf",
+    "bwd_data_cf": "implicit_gemm_cf",
+    "bwd_weight_cf": "bwd_weight_cf",
 }
+
+#: The channels-first kernels (``kernels/channels_first.py``), one per direction.
+CHANNELS_FIRST_KERNELS = {"fwd": "implicit_gemm_cf", "bwd_data": "bwd_data_cf", "bwd_weight": "bwd_weight_cf"}
 
 #: The depthwise kernels (``groups == in_channels``), one per direction; they take ``StencilConfig``.
 DEPTHWISE_KERNELS = ("depthwise_fwd", "depthwise_bwd_data", "depthwise_bwd_weight")
@@ -180,7 +187,9 @@ def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
                "depthwise_bwd_weight": _depthwise_bwd_weight,
                "implicit_gemm": _implicit_gemm, "gemm1x1": _gemm1x1, "bwd_data_phased": _bwd_data,
                "bwd_weight_split": _bwd_weight, "bwd_weight_atomic": _bwd_weight,
-               "few_channels_in": _few_cin, "few_channels_out": _few_cout, "winograd_f4x3": _winograd}[kernel]
+               "few_channels_in": _few_cin, "few_channels_out": _few_cout, "winograd_f4x3": _winograd,
+               "implicit_gemm_cf": _implicit_gemm_cf, "bwd_data_cf": _bwd_data_cf,
+               "bwd_weight_cf": _bwd_weight_cf}[kernel]
     return builder(problem, kernel, config, tab)
 
 
@@ -291,13 +300,81 @@ def _bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: Arch
     launches = [_launch(conv_bwd_weight_partial, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars,
                         constexprs, config)]
     if target == "workspace":  # sum the partials in split order (atomics: one buffer), cast to the result
-        splits = 1 if atomic else split
-        launches.append(Launch(reduce_splits, (_cdiv(numel, tab.reduce_block),),
-                               (("ws_ptr", "workspace"), ("out_ptr", "out")),
-                               (("NUMEL", numel), ("SPLITS", splits)),
-                               (("BLOCK", tab.reduce_block), ("INTERPRET", interpreting())),
-                               tab.reduce_warps, 1))
+        launches.append(_reduce_launch(numel, 1 if atomic else split, tab))
     return Plan(kernel, config, split, tuple(launches), workspace, zero)
+
+
+def _reduce_launch(numel: int, splits: int, tab: ArchTable) -> Launch:
+    """``reduce_splits`` over a float32 workspace of ``splits`` dense copies of a ``numel``-element result."""
+    return Launch(reduce_splits, (_cdiv(numel, tab.reduce_block),), (("ws_ptr", "workspace"), ("out_ptr", "out")),
+                  (("NUMEL", numel), ("SPLITS", splits)), (("BLOCK", tab.reduce_block), ("INTERPRET", interpreting())),
+                  tab.reduce_warps, 1)
+
+
+# ---- channels first (kernels/channels_first.py) -----------------------------------------------------
+
+
+def flat_pixels(g: Geometry) -> bool:
+    """Whether output pixel ``p*Q + q`` reads input pixel ``p*W + q`` plus a per-tap constant (stride 1 and
+    rows of equal length): the channels-first kernels' ``FLAT`` addressing."""
+    return g.stride == (1, 1) and g.q == g.w
+
+
+def _cf_forward_plan(problem: ConvProblem, kernel: str, config: TileConfig, g: Geometry, weight: dict) -> Plan:
+    """``conv_fwd_cf`` over geometry ``g`` (operand ``a`` -> the result), the weight addressed by ``weight``."""
+    sx = strides_nchw(problem.operand_shapes[0], problem.layout)
+    syn, syc, _, syw = strides_nchw(problem.result_shape, problem.layout)
+    scalars = {**_conv_scalars(g), **_named("sx", sx), **weight, "syn": syn, "syc": syc, "syw": syw}
+    grid = (g.batch * _cdiv(g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
+    pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
+    constexprs = {"FLAT": flat_pixels(g), **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
+    return Plan(kernel, config, 1, (_launch(conv_fwd_cf, grid, pointers, scalars, constexprs, config),))
+
+
+def _implicit_gemm_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    swk, swc, swr, sws = strides_nchw(problem.weight_shape, problem.layout)
+    weight = dict(W_OFF=0, swg=g.cout * swk, swo=swk, swi=swc, swr=swr, sws=sws)
+    return _cf_forward_plan(problem, kernel, config, g, weight)
+
+
+def bwd_data_as_forward(g: Geometry) -> Geometry:
+    """The stride-1 data gradient as a forward convolution: ``dy`` (``cout`` channels, ``p x q``) in, ``dx``
+    (``cin`` channels, ``h x w``) out, padded by ``dil*(R-1) - pad`` (the weight flipped, see
+    :func:`_bwd_data_cf`)."""
+    assert g.stride == (1, 1), "the channels-first data gradient is offered for stride 1 only"
+    pad = (g.dil[0] * (g.r - 1) - g.pad[0], g.dil[1] * (g.s - 1) - g.pad[1])
+    return dataclasses.replace(g, cin=g.cout, cout=g.cin, h=g.p, w=g.q, p=g.h, q=g.w, pad=pad)
+
+
+def _bwd_data_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    swk, swc, swr, sws = strides_nchw(problem.weight_shape, problem.layout)
+    # w'[o=c, i=k, r, s] = w[k, c, R-1-r, S-1-s]: produced and reduced channels swapped, taps walked backwards
+    weight = dict(W_OFF=(g.r - 1) * swr + (g.s - 1) * sws, swg=g.cout * swk, swo=swc, swi=swk, swr=-swr, sws=-sws)
+    return _cf_forward_plan(problem, kernel, config, bwd_data_as_forward(g), weight)
+
+
+def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    g = Geometry.of(problem)
+    numel = math.prod(problem.weight_shape)
+    blocks = g.batch * _cdiv(g.p * g.q, config.block_k)  # pixel blocks never straddle two images
+    per_split = _cdiv(blocks, split_count(tab, problem, config, INT32_ELEMENTS))
+    split = _cdiv(blocks, per_split)  # no empty ranges
+    target, workspace = ("out", 0) if split == 1 else ("workspace", split * numel)
+    sdyn, sdyc, _, sdyw = strides_nchw(problem.output_shape, problem.layout)
+    so = strides_nchw(problem.weight_shape, problem.layout)  # the workspace slices are laid out like dw
+    scalars = {**_conv_scalars(g), "BLOCKS_PER_SPLIT": per_split,
+               **_named("sx", strides_nchw(problem.input_shape, problem.layout)),
+               "sdyn": sdyn, "sdyc": sdyc, "sdyw": sdyw, "so_split": numel if workspace else 0,
+               **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
+    grid = (_cdiv(g.cout, config.block_m) * _cdiv(g.cin, config.block_n) * g.r * g.s, g.groups, split)
+    constexprs = {"FLAT": flat_pixels(g), **_tiles(config)}
+    launches = [_launch(conv_bwd_weight_cf, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars, constexprs,
+                        config)]
+    if workspace:
+        launches.append(_reduce_launch(numel, split, tab))
+    return Plan(kernel, config, split, tuple(launches), workspace)
 
 
 # ---- few channels (kernels/few_channels.py) ----------------------------------------------------------
@@ -495,9 +572,7 @@ def _depthwise_bwd_weight(problem: ConvProblem, kernel: str, config, tab: ArchTa
     launches = [_launch(conv_dw_bwd_weight, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars, constexprs,
                         config)]
     if workspace:  # sum the partials in split order, cast to the result
-        launches.append(Launch(reduce_splits, (_cdiv(numel, tab.reduce_block),),
-                               (("ws_ptr", "workspace"), ("out_ptr", "out")), (("NUMEL", numel), ("SPLITS", split)),
-                               (("BLOCK", tab.reduce_block), ("INTERPRET", interpreting())), tab.reduce_warps, 1))
+        launches.append(_reduce_launch(numel, split, tab))
     return Plan(kernel, config, split, tuple(launches), workspace)
 
 

@@ -18,6 +18,9 @@ the matrices, the error analysis and the performance model in ``docs/winograd.md
 - :func:`estimate_us`: the roofline of the Winograd algorithm: ``2 * 36 * tiles * C * K`` GEMM flops at
   the table's compute efficiency, the transforms' memory traffic at its memory efficiency.
 - :data:`ERROR_FACTOR`: the measured error factor per dtype (tests/test_winograd.py measures it).
+- Hardware status, as for every family: the candidate is tagged ``experimental`` on a GPU until the
+  offline sweep (:mod:`conv_rdna.sweep`) has timed the ``winograd`` family there, i.e. until
+  ``data/swept/<arch>.json`` has its winners (``configs.ArchTable.is_measured("winograd")``).
 """
 
 from __future__ import annotations
@@ -89,22 +92,8 @@ def applies(problem: ConvProblem) -> bool:
             and workspace_issue(problem) is None)
 
 
-#: GPU architectures on which these kernels have been run and timed. Elsewhere the candidate is tagged
-#: ``experimental`` (ranked after every other candidate) even where the plugin's table is measured.
-MEASURED_ARCHS: frozenset[str] = frozenset()
-
-
 def error_factor(problem: ConvProblem) -> float:
     return ERROR_FACTOR[problem.dtype]
-
-
-def tags(common: frozenset[str], problem: ConvProblem) -> frozenset[str]:
-    """The plugin's tags for the candidate (deterministic, needs_workspace, cuda_graph_safe on GPUs: no host
-    synchronisation, the workspace the same size every run, the weight transform recomputed inside a graph
-    being captured), plus ``experimental`` on a GPU not in :data:`MEASURED_ARCHS`."""
-    if "interpreted" in common or problem.arch in MEASURED_ARCHS:
-        return common
-    return common | {"experimental"}
 
 
 # ---- the plan -----------------------------------------------------------------------------------------

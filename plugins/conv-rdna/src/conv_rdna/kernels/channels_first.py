@@ -1,0 +1,165 @@
+"""Channels-first (NCHW) convolutions whose loads run along the pixels of one image.
+
+In NCHW the contiguous axis is the pixel axis ``(h, w)`` of one channel. The general kernels tile the
+whole batch's pixels as one flat axis and decode ``(n, p, q)`` row by row, so the compiler cannot tell
+that neighbouring rows of a tile are neighbouring addresses: every element becomes a scalar load in no
+useful order. These kernels tile the pixels of one image at a time: a tile row is an output pixel
+``j = p*Q + q`` of image ``n``. Where a convolution keeps the row length (``FLAT``: stride 1, ``Q == W``:
+every "same" stride-1 and every 1x1 stride-1 layer) the input pixel a tap reads is ``j`` plus a constant,
+``(r*dil_h - pad_h)*W + s*dil_w - pad_w``, so the tile's addresses are visibly consecutive and the loads
+coalesce (and vectorise where the shift is aligned: 1x1 layers, the output gradient). Other geometries
+compute ``(h, w)`` per pixel, still image by image.
+
+The reduction walks a block of ``BLOCK_K`` channels through all the taps before the next block
+(channels outer, taps inner), so consecutive steps read overlapping input rows and the same weight
+rows from L1. Loads unaligned to 16 bytes cannot become asynchronous copies, so the compiler does not
+pipeline these loops; the kernels prefetch instead: step ``i + 1``'s tiles are loaded into registers
+before step ``i``'s matrix multiply, which hides their latency behind it.
+
+:func:`conv_fwd_cf` computes ``y = conv(x, w)`` with the fused bias / activation / cast epilogue. The
+weight is addressed through an offset and four strides (``o``: produced channel, ``i``: reduced
+channel, then the taps), so the host runs the stride-1 data gradient through the same kernel: ``dx`` is
+the convolution of ``dy`` with the weight transposed (``o`` = input channel, ``i`` = output channel),
+flipped (negative tap strides from the last tap) and padded by ``dil*(R-1) - pad``.
+
+:func:`conv_bwd_weight_cf` computes one split of the weight gradient per tap: ``dw[k, c] += dy[k, j] @
+x[j, c]`` over the pixel blocks of its range (blocks never straddle two images), each split's float32
+tile into its own workspace slice; ``bwd_weight.reduce_splits`` sums the slices in order.
+"""
+
+import triton
+import triton.language as tl
+
+from .common import activation, cast_for_store, mma, swizzle
+
+
+@triton.jit
+def _fwd_step(i, x_image, w_cols, offs_m, m_ok, h0, w0, n_ok, C_G, H, W, R, S, PAD_H, PAD_W, DIL_H, DIL_W,
+              sxc, sxh, sxw, swi, swr, sws, valid, FLAT: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The ``[pixels, channels]`` input tile and ``[channels, produced channels]`` weight tile of reduction
+    step ``i`` (channel block ``i // (R*S)``, tap ``i % (R*S)``); all zeros where ``valid`` is false."""
+    c = (i // (R * S)) * BLOCK_K + tl.arange(0, BLOCK_K)
+    c_ok = (c < C_G) & valid
+    r = (i % (R * S)) // S
+    s = i % S
+    h = h0 + r * DIL_H
+    w = w0 + s * DIL_W
+    pix_ok = m_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+    if FLAT:  # p*sxh + q*sxw = j*sxw: the tap's pixels are the tile's, shifted
+        pix = offs_m * sxw + (r * DIL_H - PAD_H) * sxh + (s * DIL_W - PAD_W) * sxw
+    else:
+        pix = h * sxh + w * sxw
+    a = tl.load(x_image + pix[:, None] + (c * sxc)[None, :], mask=pix_ok[:, None] & c_ok[None, :], other=0.0)
+    b = tl.load(w_cols[None, :] + (c * swi)[:, None] + (r * swr + s * sws), mask=c_ok[:, None] & n_ok[None, :],
+                other=0.0)
+    return a, b
+
+
+@triton.jit
+def conv_fwd_cf(
+    x_ptr, w_ptr, bias_ptr, y_ptr,
+    BATCH, C_G, H, W, K_G, P, Q, R, S,
+    STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
+    sxn, sxc, sxh, sxw, W_OFF, swg, swo, swi, swr, sws, syn, syc, syw,
+    FLAT: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    g = tl.program_id(1)
+    tiles_per_image = tl.cdiv(P * Q, BLOCK_M)
+    pid_m, pid_n = swizzle(tl.program_id(0), BATCH * tiles_per_image, tl.cdiv(K_G, BLOCK_N), GROUP_M)
+    n = pid_m // tiles_per_image
+
+    # Rows: output pixels j = p*Q + q of image n; columns: produced channels of the group.
+    offs_m = (pid_m % tiles_per_image) * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = offs_m < P * Q
+    h0 = (offs_m // Q) * STRIDE_H - PAD_H
+    w0 = (offs_m % Q) * STRIDE_W - PAD_W
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < K_G
+
+    x_image = x_ptr + n * sxn + g * C_G * sxc
+    w_cols = w_ptr + W_OFF + g * swg + offs_n * swo  # [BLOCK_N]
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    steps = tl.cdiv(C_G, BLOCK_K) * R * S
+    a, b = _fwd_step(0, x_image, w_cols, offs_m, m_ok, h0, w0, n_ok, C_G, H, W, R, S, PAD_H, PAD_W, DIL_H, DIL_W,
+                     sxc, sxh, sxw, swi, swr, sws, True, FLAT, BLOCK_K)
+    for i in range(0, steps):
+        a_next, b_next = _fwd_step(i + 1, x_image, w_cols, offs_m, m_ok, h0, w0, n_ok, C_G, H, W, R, S, PAD_H, PAD_W,
+                                   DIL_H, DIL_W, sxc, sxh, sxw, swi, swr, sws, i + 1 < steps, FLAT, BLOCK_K)
+        acc = mma(a, b, acc, INTERPRET)
+        a, b = a_next, b_next
+
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + g * K_G + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    acc = activation(acc, ACTIVATION)
+    y = y_ptr + n * syn + (offs_m * syw)[:, None] + ((g * K_G + offs_n) * syc)[None, :]  # dense: p*syh = p*Q*syw
+    tl.store(y, cast_for_store(acc, y_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _bwd_weight_step(blk, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W, P, Q,
+                     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn, sdyw, valid,
+                     FLAT: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The ``[output channels, pixels]`` tile of ``dy`` and the ``[pixels, input channels]`` tile of ``x``
+    (at tap ``(r, s)``) of pixel block ``blk``; all zeros where ``valid`` is false."""
+    n = blk // blocks_per_image
+    j = (blk % blocks_per_image) * BLOCK_K + tl.arange(0, BLOCK_K)  # output pixels p*Q + q of image n
+    j_ok = (j < P * Q) & valid
+    h = (j // Q) * STRIDE_H - PAD_H + r * DIL_H
+    w = (j % Q) * STRIDE_W - PAD_W + s * DIL_W
+    x_ok = j_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+    pix = j * sxw + tap_shift if FLAT else h * sxh + w * sxw
+    a = tl.load(dy_rows[:, None] + n * sdyn + (j * sdyw)[None, :], mask=m_ok[:, None] & j_ok[None, :], other=0.0)
+    b = tl.load(x_cols[None, :] + n * sxn + pix[:, None], mask=x_ok[:, None] & n_ok[None, :], other=0.0)
+    return a, b
+
+
+@triton.jit
+def conv_bwd_weight_cf(
+    x_ptr, dy_ptr, out_ptr,
+    BATCH, C_G, H, W, K_G, P, Q, R, S,
+    STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, BLOCKS_PER_SPLIT,
+    sxn, sxc, sxh, sxw, sdyn, sdyc, sdyw,
+    so_split, so_k, so_c, so_r, so_s,
+    FLAT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    g = tl.program_id(1)
+    split = tl.program_id(2)
+    m_tiles = tl.cdiv(K_G, BLOCK_M)
+    n_tiles = tl.cdiv(C_G, BLOCK_N)
+    pid_m = tl.program_id(0) % m_tiles
+    pid_n = (tl.program_id(0) // m_tiles) % n_tiles
+    tap = tl.program_id(0) // (m_tiles * n_tiles)
+    r = tap // S
+    s = tap % S
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output channels of the group
+    m_ok = offs_m < K_G
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # input channels of the group
+    n_ok = offs_n < C_G
+
+    dy_rows = dy_ptr + (g * K_G + offs_m) * sdyc  # [BLOCK_M]
+    x_cols = x_ptr + (g * C_G + offs_n) * sxc  # [BLOCK_N]
+    tap_shift = (r * DIL_H - PAD_H) * sxh + (s * DIL_W - PAD_W) * sxw
+
+    blocks_per_image = tl.cdiv(P * Q, BLOCK_K)
+    first = split * BLOCKS_PER_SPLIT
+    end = tl.minimum(first + BLOCKS_PER_SPLIT, BATCH * blocks_per_image)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    a, b = _bwd_weight_step(first, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W, P, Q,
+                            STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn, sdyw, first < end,
+                            FLAT, BLOCK_K)
+    for blk in range(first, end):
+        a_next, b_next = _bwd_weight_step(blk + 1, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W,
+                                          P, Q, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn,
+                                          sdyw, blk + 1 < end, FLAT, BLOCK_K)
+        acc = mma(a, b, acc, INTERPRET)
+        a, b = a_next, b_next
+
+    out = (out_ptr + split * so_split + r * so_r + s * so_s
+           + ((g * K_G + offs_m) * so_k)[:, None] + (offs_n * so_c)[None, :])
+    tl.store(out, cast_for_store(acc, out_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])

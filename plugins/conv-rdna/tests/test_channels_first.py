@@ -1,0 +1,94 @@
+"""The channels-first kernels (kernels/channels_first.py) against the float64 reference, interpreted.
+
+Geometries cover both addressings: ``FLAT`` (stride 1, rows kept: "same" 3x3, 1x1, asymmetric padding in
+H, dilation) and per-pixel (stride 2, rows that shrink), with several pixel tiles per image (partial
+ones included) and several images, groups, 1D, and the data gradient's flipped weight with negative
+padding. 16x16x16 tiles, as in test_kernels.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conv_core.problem import ConvProblem
+from conv_core.reference import compare, random_operands
+from conv_rdna import candidates, launch, plan
+from test_kernels import DEVICE, SMALL, check, fwd, table
+
+GEOMETRIES = {  # name -> (fields, FLAT)
+    "same3x3-bias-gelu": (dict(batch=3, in_channels=20, out_channels=18, input_size=(5, 7), filter_size=3,
+                               padding=1, bias=True, activation="gelu"), True),
+    "1x1-relu": (dict(in_channels=17, out_channels=5, input_size=(6, 6), filter_size=1, bias=True,
+                      activation="relu"), True),
+    "asym-h-dil2-g2": (dict(in_channels=6, out_channels=36, groups=2, input_size=(7, 9), filter_size=3, dilation=2,
+                            padding=((0, 3), (2, 2))), True),
+    "s2-asym": (dict(in_channels=5, out_channels=3, input_size=(9, 8), filter_size=3, stride=2,
+                     padding=((1, 0), (0, 2))), False),
+    "valid-rows-shrink": (dict(in_channels=3, out_channels=4, input_size=(6, 9), filter_size=(2, 3)), False),
+    "conv1d": (dict(batch=3, in_channels=5, out_channels=6, input_size=(37,), filter_size=5, padding=2,
+                    bias=True, activation="silu"), True),
+}
+
+
+def problem(name: str, direction: str, dtype: str = "float16") -> ConvProblem:
+    fields, _ = GEOMETRIES[name]
+    if direction != "fwd":
+        fields = {k: v for k, v in fields.items() if k not in ("bias", "activation")}
+    return fwd(dtype=dtype, layout="channels_first", **fields).with_direction(direction)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("name", GEOMETRIES)
+def test_forward(name, dtype):
+    p, _, _ = check(problem(name, "fwd", dtype), "implicit_gemm_cf")
+    assert dict(p.launches[0].constexprs)["FLAT"] is GEOMETRIES[name][1]
+
+
+@pytest.mark.parametrize("name", [n for n in GEOMETRIES if plan.Geometry.of(problem(n, "fwd")).stride == (1, 1)])
+def test_data_gradient_runs_as_a_forward_convolution_of_dy(name):
+    check(problem(name, "bwd_data"), "bwd_data_cf")
+
+
+def test_data_gradient_with_more_padding_than_the_filter_reaches():
+    """pad > dil*(R-1): the equivalent forward convolution has negative padding."""
+    p = fwd(dtype="float32", layout="channels_first", in_channels=3, out_channels=4, input_size=(5, 6),
+            filter_size=(1, 2), padding=((2, 1), (1, 3))).with_direction("bwd_data")
+    assert plan.bwd_data_as_forward(plan.Geometry.of(p)).pad == (-2, 0)
+    check(p, "bwd_data_cf")
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("name", GEOMETRIES)
+def test_weight_gradient(name, splits):
+    prob = problem(name, "bwd_weight")
+    p, operands, out = check(prob, "bwd_weight_cf", tab=table(splits))
+    blocks = prob.batch * math.ceil(math.prod(prob.output_size) / SMALL.block_k)
+    assert p.split == min(splits, blocks)
+    again = launch.run(prob, p, *operands)
+    assert torch.equal(again, out), "the split reduction must be deterministic"
+
+
+def test_weight_gradient_float32():
+    check(problem("asym-h-dil2-g2", "bwd_weight", "float32"), "bwd_weight_cf", tab=table(2))
+
+
+def test_offered_for_channels_first_only_and_stride_one_data_gradients():
+    def kernels(p):
+        return candidates.kernels_for(p)
+
+    assert "implicit_gemm_cf" in kernels(problem("s2-asym", "fwd"))
+    assert "bwd_weight_cf" in kernels(problem("s2-asym", "bwd_weight"))
+    assert "bwd_data_cf" not in kernels(problem("s2-asym", "bwd_data"))
+    assert "bwd_data_cf" in kernels(problem("same3x3-bias-gelu", "bwd_data"))
+    last = problem("same3x3-bias-gelu", "fwd").replace(layout="channels_last")
+    for direction in ("fwd", "bwd_data", "bwd_weight"):
+        assert not set(kernels(last.with_direction(direction))) & set(plan.CHANNELS_FIRST_KERNELS.values())
+
+
+def test_the_tables_configuration_runs():
+    prob = problem("same3x3-bias-gelu", "fwd")
+    cands = {c.kernel: c for c in candidates.candidates(prob, torch.device(DEVICE))}
+    operands = random_operands(prob, DEVICE, 0)
+    assert compare(prob, cands["implicit_gemm_cf"].run(*operands), operands).ok
