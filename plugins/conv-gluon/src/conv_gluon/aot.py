@@ -1,0 +1,299 @@
+"""Ahead-of-time compile checks: every shipped configuration, compiled on the CPU for sm_90a.
+
+``python -m conv_gluon.aot [--jobs N] [--json PATH]`` compiles each specialization the tables can launch
+(:func:`jobs`) through ``GluonASTSource`` for ``GPUTarget("cuda", 90, 32)``, exactly as :mod:`conv_gluon.plan`
+sets it up for a launch, and reads the facts that decide whether it can run well (:func:`facts`):
+
+- ``wgmma`` issued asynchronously: ``wgmma.mma_async`` and ``wgmma.wait_group 1`` in the PTX (one MMA left in
+  flight while the previous stage is released), ``WARPGROUP.DEPBAR.LE gsb0, 0x1`` and ``HGMMA`` in the SASS;
+- registers redistributed between the partitions: ``setmaxnreg`` (PTX) / ``USETMAXREG`` (SASS), the kernel's
+  ``.maxnreg`` and thread count as planned;
+- no spills: ptxas reports 0 bytes of spill stores / loads and no stack frame, the PTX has no ``.local``
+  accesses and the SASS no ``LDL`` / ``STL``;
+- shared memory (``metadata.shared``) within the architecture's limit (``conv_core.arch.spec``) and within
+  the tables' own bound (``tiling.shared_bytes``);
+- the producer's copies: TMA for the weights (``cp.async.bulk.tensor.2d``), and ``cp.async`` with
+  ``cp.async.mbarrier.arrive.noinc`` (gathering) or ``cp.async.bulk.tensor.4d`` (boxes) for the input.
+
+Each configuration is compiled for each way of bringing the input (``cp_async`` with 16-byte copies and with
+narrower ones under a channel mask, ``registers``, ``tma_box``) with the heaviest epilogue (bias, gelu), in
+bfloat16, and in float16 once with an output channel count that is not a multiple of 16 (the epilogue then
+stages the tile through shared memory, and the ring may be shallower); a few geometries catch what the JIT
+specializes on (arguments equal to 1 become constants: stride 1, dilation 1, a 1D problem; no bias, no
+activation; a float32 output; every box shape) and the data gradient's phases (negative padding, an output
+that starts unaligned inside ``dx``). Needs no GPU and no ``TRITON_INTERPRET``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+
+from conv_core.arch import spec
+from conv_core.problem import ConvProblem, element_size
+
+from . import configs, plan, tiling
+
+TARGET = "sm_90"
+
+#: The ways of bringing the input tile each configuration is compiled for: name -> (candidate kernel, input
+#: channels per group as a function of BLOCK_K). ``cp_async`` gets whole 16-byte vectors and whole blocks;
+#: ``cp_async_narrow`` 2-channel vectors and a partial block (the vector mask); ``registers`` 3 channels.
+MODES = {
+    "cp_async": ("fwd_gather", lambda bk: 2 * bk),
+    "cp_async_narrow": ("fwd_gather", lambda bk: bk + 2),
+    "registers": ("fwd_gather", lambda bk: 3),
+    "tma_box": ("fwd_box", lambda bk: 2 * bk),
+}
+
+#: Geometries: ``mid`` for every configuration and mode; the others once per mode with the first
+#: configuration (what the JIT specializes on differs: constants 1, a 1D height, a float32 output, the box
+#: shape).
+SHAPES = {
+    "mid": dict(batch=2, input_size=(20, 21), filter_size=3, stride=1, padding=1, dilation=1),
+    "s2d2": dict(batch=3, input_size=(23, 17), filter_size=(3, 5), stride=2, padding=((2, 1), (0, 3)), dilation=2,
+                 bias=False),
+    "conv1d": dict(batch=2, input_size=(45,), filter_size=5, stride=1, padding=2, dilation=1, bias=False,
+                   activation=None),
+    "1x1-f32out": dict(batch=2, input_size=(16, 16), filter_size=1, stride=1, padding=0, dilation=1,
+                       out_dtype="float32"),
+    # the data gradient, its last stride phase: an output starting inside dx (unaligned: an odd channel count),
+    # a dilation, a negative padding (the forward padding exceeds the filter's reach)
+    "bwd-s2": dict(batch=2, input_size=(19, 18), filter_size=3, stride=2, padding=1, dilation=1),
+    "bwd-s2-dil3": dict(batch=1, input_size=(17, 20), filter_size=(5, 3), stride=2, padding=(4, 1), dilation=(3, 1)),
+    "bwd-s1-pad3": dict(batch=2, input_size=(12, 13), filter_size=3, stride=1, padding=3, dilation=1),
+    # tma_box only: images whose best box is each width of the table (BOX_H x BOX_W are constexprs)
+    **{f"box{bw}": dict(batch=2, input_size=(128 // bw, bw), filter_size=3, stride=1, padding=2, dilation=2)
+       for bw in configs.table(TARGET).box_widths},  # (wide tiles skip some: box_widths_wide)
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One kernel specialization to compile."""
+
+    config: str  # TileConfig.name
+    mode: str  # key of MODES
+    dtype: str
+    shape: str = "mid"
+
+    @property
+    def id(self) -> str:
+        return f"{TARGET}-{self.mode}-{self.shape}-{self.config}-{plan.TRITON_DTYPE[self.dtype]}"
+
+    @property
+    def kernel(self) -> str:
+        forward = MODES[self.mode][0]
+        return forward.replace("fwd", "bwd_data") if self.shape.startswith("bwd") else forward
+
+
+def representative_problem(job: Job, config: configs.TileConfig) -> ConvProblem | None:
+    """The problem the job compiles (forward, bias and gelu, channels-last); None where the mode does not
+    apply to the geometry (boxes need stride 1)."""
+    cin = MODES[job.mode][1](config.block_k)
+    fields = {"bias": True, "activation": "gelu", **SHAPES[job.shape]}
+    out_dtype = fields.pop("out_dtype", job.dtype)
+    if job.shape.startswith("bwd"):  # dx has the channels the forward kernel produces: swapped, and odd
+        problem = ConvProblem("fwd", in_channels=2 * config.block_n - 3, out_channels=cin, dtype=job.dtype,
+                              layout="channels_last", arch=TARGET, **fields).with_direction("bwd_data")
+    else:  # float16 jobs get an output channel count that is not a multiple of 16: the staged epilogue
+        cout = 2 * config.block_n - (3 if job.dtype == "float16" else 0)
+        problem = ConvProblem("fwd", in_channels=cin, out_channels=cout, dtype=job.dtype, out_dtype=out_dtype,
+                              layout="channels_last", arch=TARGET, **fields)
+    if job.kernel.endswith("_box") and plan.box_issue(problem, config) is not None:
+        return None
+    if job.shape.startswith("box") and job.kernel != "fwd_box":
+        return None
+    return problem
+
+
+def jobs() -> list[Job]:
+    """Every distinct specialization the sm_90 tables ship (see the module's docstring)."""
+    tab = configs.table(TARGET)
+    found = []
+    for mode, (kernel, _) in MODES.items():
+        shipped = tab.configs(plan.KERNELS[kernel])
+        for config in shipped:
+            for dtype in ("bfloat16", "float16") if mode in ("cp_async", "tma_box") else ("bfloat16",):
+                found.append(Job(config.name, mode, dtype))
+            for shape in SHAPES:
+                # edge geometries with the first configuration; box shapes also with the last (the widest
+                # swizzle: the box's reshape to a matrix must keep it)
+                wanted = config == shipped[0] or (shape.startswith("box") and config == shipped[-1])
+                job = Job(config.name, mode, "bfloat16", shape)
+                if shape != "mid" and wanted and representative_problem(job, config) is not None:
+                    found.append(job)
+    return found
+
+
+def find_config(kernel: str, name: str) -> configs.TileConfig:
+    return next(c for c in configs.table(TARGET).configs(plan.KERNELS[kernel]) if c.name == name)
+
+
+def job_plan(job: Job) -> tuple[ConvProblem, plan.Plan, tuple[str, ...]]:
+    """The job's problem, the launch it compiles and the pointers that launch gets unaligned."""
+    config = find_config(job.kernel, job.config)
+    problem = representative_problem(job, config)
+    if problem.direction == "bwd_data":
+        last = plan.make_bwd_data_plan(problem, job.kernel, config, configs.table(TARGET)).phases[-1]
+        return problem, last.plan, ("y_ptr",) if last.y_offset * element_size(problem.dtype) % 16 else ()
+    return problem, plan.make_plan(problem, job.kernel, config, configs.table(TARGET)), ()
+
+
+# ---- compiling and reading the output -----------------------------------------------------------------
+
+
+def _ptxas_stats(log: str) -> dict:
+    regs = re.search(r"Used (\d+) registers", log)
+    spills = [int(v) for v in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
+    stack = re.search(r"(\d+) bytes stack frame", log)
+    return dict(registers=int(regs.group(1)) if regs else -1, spill_bytes=sum(spills) if spills else -1,
+                stack_bytes=int(stack.group(1)) if stack else -1)
+
+
+def facts(ptx: str, sass: str, ptxas_log: str) -> dict:
+    """What the compile checks read off one kernel's PTX, SASS and ptxas log."""
+    found = _ptxas_stats(ptxas_log)
+    maxnreg = re.search(r"^\.maxnreg (\d+)", ptx, re.MULTILINE)
+    threads = re.search(r"^\.reqntid (\d+)", ptx, re.MULTILINE)
+    found.update(
+        maxnreg=int(maxnreg.group(1)) if maxnreg else -1,
+        threads=int(threads.group(1)) if threads else -1,
+        wgmma=sorted(set(re.findall(r"wgmma\.mma_async[\w.:]*", ptx))),
+        wgmma_wait=sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}),
+        setmaxnreg=sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx))),
+        local_memory=len(re.findall(r"\b(?:ld|st)\.local\b", ptx)),
+        tma_2d=len(re.findall(r"cp\.async\.bulk\.tensor\.2d", ptx)),
+        tma_4d=len(re.findall(r"cp\.async\.bulk\.tensor\.4d", ptx)),
+        cp_async=len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)),
+        cp_async_arrive=len(re.findall(r"cp\.async\.mbarrier\.arrive\.noinc", ptx)),
+        sass_hgmma=sorted(set(re.findall(r"HGMMA\.[\w.]+", sass))),
+        sass_depbar_async="WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass,
+        sass_setmaxreg=len(re.findall(r"USETMAXREG", sass)),
+        sass_local=len(re.findall(r"\b(?:LDL|STL)\b", sass)),
+    )
+    return found
+
+
+def compile_plan(p: plan.Plan, dtypes: dict[str, str], unaligned: tuple[str, ...] = ()):
+    """Compile one plan's kernel for sm_90a; return ``(compiled kernel, facts)``."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from . import descriptors
+    from .kernels.fwd import conv_fwd
+
+    signature, constexprs, attrs = plan.aot_specialization(p, conv_fwd.arg_names, dtypes, descriptors.signature,
+                                                           unaligned)
+    log = io.StringIO()
+    triton.knobs.compilation.always_compile = True  # a cache hit would skip ptxas and its log
+    triton.knobs.nvidia.dump_ptxas_log = True  # ptxas -v: registers, spills, stack
+    with contextlib.redirect_stdout(log):
+        compiled = triton.compile(GluonASTSource(conv_fwd, signature, constexprs, attrs),
+                                  target=GPUTarget("cuda", 90, 32),
+                                  options=dict(num_warps=p.num_warps, maxnreg=p.maxnreg))
+    return compiled, facts(compiled.asm["ptx"], compiled.asm["sass"], log.getvalue())
+
+
+def compile_job(job: Job) -> dict:
+    """Compile one job; return its facts (or the error) and what they must be, as a plain dict."""
+    started = time.perf_counter()
+    result = dict(job=asdict(job), id=job.id, shared_limit=spec(TARGET).shared_memory_bytes)
+    try:
+        problem, p, unaligned = job_plan(job)
+        c = p.config
+        producer = configs.table(TARGET).producers[p.a_mode]
+        result.update(a_mode=p.a_mode, planned_maxnreg=p.maxnreg,
+                      planned_threads=32 * tiling.total_warps(c.num_warps, producer.warps), stages=p.stages,
+                      staged_epilogue=bool(p.staging_bytes),
+                      shared_bound=tiling.shared_bytes(c.block_m, c.block_n, c.block_k, p.stages,
+                                                       element_size(problem.dtype), p.staging_bytes))
+        compiled, found = compile_plan(p, plan.role_dtypes(problem), unaligned)
+        result["unaligned"] = list(unaligned)
+        result.update(ok=True, shared=compiled.metadata.shared, **found)
+    except Exception as exc:  # reported per job; the test fails on it
+        result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:3000])
+    result["seconds"] = round(time.perf_counter() - started, 2)
+    return result
+
+
+def problems_of(result: dict) -> list[str]:
+    """What is wrong with a compiled job (empty: nothing)."""
+    if not result.get("ok"):
+        return [f"did not compile: {result.get('error')}"]
+    issues = []
+    if not result["wgmma"] or not result["sass_hgmma"]:
+        issues.append("no wgmma.mma_async / HGMMA")
+    if 1 not in result["wgmma_wait"] or not result["sass_depbar_async"]:
+        issues.append(f"wgmma not left in flight (wait_group {result['wgmma_wait']}, no DEPBAR.LE gsb0 0x1)")
+    if not result["setmaxnreg"] or not result["sass_setmaxreg"]:
+        issues.append("no setmaxnreg: the partitions' registers are not redistributed")
+    if result["maxnreg"] != result["planned_maxnreg"] or result["threads"] != result["planned_threads"]:
+        issues.append(f".maxnreg {result['maxnreg']} / .reqntid {result['threads']} differ from the plan's "
+                      f"{result['planned_maxnreg']} / {result['planned_threads']}")
+    if result["registers"] > result["planned_maxnreg"] or result["registers"] < 0:
+        issues.append(f"{result['registers']} registers > maxnreg {result['planned_maxnreg']} (or unknown)")
+    if result["spill_bytes"] != 0 or result["stack_bytes"] != 0:
+        issues.append(f"spills: {result['spill_bytes']} bytes, stack frame {result['stack_bytes']} (-1: unknown)")
+    if result["local_memory"] or result["sass_local"]:
+        issues.append(f"local memory: {result['local_memory']} PTX / {result['sass_local']} SASS accesses")
+    if result["shared"] > result["shared_limit"]:
+        issues.append(f"shared memory {result['shared']} > limit {result['shared_limit']}")
+    if result["shared"] > result["shared_bound"]:
+        issues.append(f"shared memory {result['shared']} > the tables' bound {result['shared_bound']}")
+    if not result["tma_2d"]:
+        issues.append("the weights are not loaded by TMA")
+    mode = result["a_mode"]
+    if mode == "tma_box" and not result["tma_4d"]:
+        issues.append("tma_box without a 4D TMA load")
+    if mode == "cp_async" and not (result["cp_async"] and result["cp_async_arrive"]):
+        issues.append("cp_async without cp.async copies and their noinc mbarrier arrivals")
+    if mode != "cp_async" and result["cp_async"]:
+        issues.append(f"{mode} issues cp.async")
+    return issues
+
+
+def compile_all(job_list: list[Job], workers: int) -> list[dict]:
+    """Compile ``job_list`` in ``workers`` processes (spawned: nothing of this process's triton state leaks)."""
+    if workers <= 1:
+        return [compile_job(job) for job in job_list]
+    import multiprocessing
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(compile_job, job_list))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conv_gluon.aot", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes")
+    parser.add_argument("--json", metavar="PATH", help="also write the results to PATH as a JSON list")
+    parser.add_argument("--only", metavar="SUBSTRING", help="compile the jobs whose id contains SUBSTRING")
+    args = parser.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        parser.error("unset TRITON_INTERPRET: the compile checks need Triton's compiler")
+    job_list = [j for j in jobs() if args.only is None or args.only in j.id]
+    results = compile_all(job_list, args.jobs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=0)
+    print(f"{'job':58} {'regs':>4} {'max':>4} {'spill':>5} {'shared':>7} {'limit':>7} {'s':>5}  issues")
+    for r in results:
+        if not r.get("ok"):
+            print(f"{r['id']:58} FAILED {r.get('error', '')[:300]}")
+            continue
+        print(f"{r['id']:58} {r['registers']:4} {r['maxnreg']:4} {r['spill_bytes']:5} {r['shared']:7} "
+              f"{r['shared_limit']:7} {r['seconds']:5}  {'; '.join(problems_of(r))}")
+    return 1 if any(problems_of(r) for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Which kernels can run a problem, how long they should take, and how they are tagged.
+
+For a supported problem each applicable kernel gives one candidate, with the configuration the table picks
+(:func:`conv_gluon.configs.select`):
+
+===================  =====================================================================================
+``fwd_gather``       forward, any 1D/2D geometry: the input tile gathered by a producer partition
+                     (``cp.async``, or through registers for odd channel counts)
+``fwd_box``          forward at stride 1 with channels a multiple of 8: the input tile as TMA boxes of output
+                     pixels (one producer warp)
+``bwd_data_gather``  data gradient, any 1D/2D geometry: the forward kernel once per stride phase, on ``dy``
+                     and the transposed, flipped weight restricted to the phase's taps
+``bwd_data_box``     the same with ``dy`` as TMA boxes (output channels a multiple of 8)
+===================  =====================================================================================
+
+Both ways of bringing the input are offered where both apply; the core ranks them (estimates, later
+measured tables). The weight gradient is not implemented yet.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import torch
+from conv_core.candidate import Candidate, Declined
+from conv_core.estimate import estimate_us
+from conv_core.problem import ConvProblem
+
+from . import configs, plan, tiling, toolchain
+
+BACKEND = "gluon"
+
+#: Input dtypes the kernels take (operands and weight of one dtype).
+DTYPES = ("float16", "bfloat16")
+#: Result dtypes the epilogue writes.
+OUT_DTYPES = ("float16", "bfloat16", "float32")
+#: Directions with kernels.
+DIRECTIONS = ("fwd", "bwd_data")
+
+
+def arch_issue(arch: str) -> str | None:
+    """Why the kernels cannot run on ``arch`` (``problem.arch``, e.g. ``sm_90``), or None.
+
+    The kernels issue ``wgmma``, which exists on compute capability 9.x (Hopper) only: earlier GPUs lack
+    it, and Blackwell (10.x, 12.x) replaced it with ``tcgen05``, for which no variant is written yet.
+    """
+    match = re.fullmatch(r"sm_(\d+)a?", arch)
+    if not match:
+        return f"architecture {arch!r} is not an NVIDIA GPU; the kernels need Hopper (sm_90a)"
+    major, minor = divmod(int(match.group(1)), 10)
+    if major < 9:
+        return (f"compute capability {major}.{minor} ({arch}) is below 9.0: the kernels need Hopper's wgmma, "
+                "TMA and setmaxnreg")
+    if major > 9:
+        return (f"compute capability {major}.{minor} ({arch}): wgmma exists on Hopper (9.x) only; the Blackwell "
+                "(tcgen05) variant is not written yet")
+    return None
+
+
+def decline_reason(problem: ConvProblem, device: torch.device) -> str | None:
+    """Why the backend has no candidate at all for ``problem`` on ``device``, or None."""
+    if device.type != "cuda":
+        return f"device type {device.type!r}: the kernels run on NVIDIA Hopper GPUs (CUDA) only"
+    reason = arch_issue(problem.arch)
+    if reason:
+        return reason
+    reason = toolchain.gluon_issue()
+    if reason:
+        return reason
+    if configs.table_for(problem.arch) is None:
+        return f"no configuration table for {problem.arch} (tables: {', '.join(configs.table_names())})"
+    if problem.ndim == 3:
+        return "3D convolutions are not implemented (1D and 2D are)"
+    if problem.direction not in DIRECTIONS:
+        return f"{problem.direction} is not implemented yet (directions: {', '.join(DIRECTIONS)})"
+    if problem.dtype not in DTYPES:
+        return f"input dtype {problem.dtype} is not supported; supported: {', '.join(DTYPES)} (wgmma operands)"
+    if problem.weight_dtype != problem.dtype:
+        return (f"weight dtype {problem.weight_dtype} differs from the input dtype {problem.dtype}; mixed operands "
+                "are not supported")
+    if problem.result_dtype not in OUT_DTYPES:
+        return f"result dtype {problem.result_dtype} is not supported; supported: {', '.join(OUT_DTYPES)}"
+    if problem.layout != "channels_last":
+        return (f"layout {problem.layout} is not supported: the kernels read and write channels-last (NHWC) "
+                "tensors; use memory_format=torch.channels_last")
+    return plan.int32_issue(problem, configs.select(configs.table_for(problem.arch), "fwd_gather", problem))
+
+
+def kernels_for(problem: ConvProblem, tab: configs.ArchTable) -> tuple[str, ...]:
+    """The candidate kernels that apply to a supported ``problem``: the gathering one always, the box one
+    where boxes can carry the input (stride 1 for the forward; every data-gradient phase is stride 1)."""
+    gather, box = plan.DIRECTION_KERNELS[problem.direction]
+    if plan.box_issue(problem, configs.select(tab, plan.KERNELS[box], problem)) is None:
+        return gather, box
+    return (gather,)
+
+
+def candidates(problem: ConvProblem, device: torch.device) -> list[Candidate | Declined]:
+    """The hook's answer: one candidate per applicable kernel, or one Declined."""
+    reason = decline_reason(problem, device)
+    if reason:
+        return [Declined(BACKEND, reason)]
+    from . import launch  # torch only; Gluon is imported on the first run
+
+    tab = configs.table_for(problem.arch)
+    forward = problem.direction == "fwd"
+    make, run = (plan.make_plan, launch.run) if forward else (plan.make_bwd_data_plan, launch.run_bwd_data)
+    result = []
+    for kernel in kernels_for(problem, tab):
+        p = make(problem, kernel, configs.select(tab, plan.KERNELS[kernel], problem), tab)
+        result.append(Candidate(BACKEND, kernel, p.config_name, run=functools.partial(run, problem, p),
+                                estimate_us=estimate(problem, p, tab), tags=tags(p, tab),
+                                workspace_bytes=p.workspace_bytes))
+    return result
+
+
+def tags(p: plan.Plan | plan.DataGradPlan, tab: configs.ArchTable) -> frozenset[str]:
+    """``deterministic`` (no atomics, a fixed reduction order per tile), ``cuda_graph_safe`` (no host
+    synchronisation; weight copies are rebuilt inside a capture), ``needs_workspace`` with a weight copy
+    (padded, or a data-gradient phase's), ``experimental`` while the architecture's table is not measured."""
+    result = {"deterministic", "cuda_graph_safe"}
+    if p.workspace_bytes:
+        result.add("needs_workspace")
+    if not tab.measured:
+        result.add("experimental")
+    return frozenset(result)
+
+
+def estimate(problem: ConvProblem, p: plan.Plan | plan.DataGradPlan, tab: configs.ArchTable) -> float:
+    """Roofline estimate with the table's efficiencies (guesses until measured), the compute efficiency
+    scaled by the fraction of the tiles' matrix work that is real (:func:`tiling.utilization`; for the data
+    gradient, over its phases' launches, one launch each)."""
+    eff = tab.efficiency[p.kernel]
+    launches = [ph.plan for ph in p.phases] if isinstance(p, plan.DataGradPlan) else [p]
+    real = done = 0.0
+    for lp in launches:
+        s, c = dict(lp.scalars), lp.config
+        g = tiling.Geometry(s["M"] // (s["P"] * s["Q"]), lp.tiles.groups, s["C_G"], s["K_G"], s["H"], s["W"], s["P"],
+                            s["Q"], s["TAPS"] // s["S"], s["S"], (1, 1), (0, 0), (1, 1))
+        work = g.pixels * g.cout * g.cin * g.groups * g.taps
+        real += work
+        done += work / tiling.utilization(g, lp.tiles, c.block_m, c.block_n, c.block_k)
+    used = real / done if done else 1.0
+    return estimate_us(problem, eff["compute"] * used, eff["memory"], launches=max(1, len(launches)))

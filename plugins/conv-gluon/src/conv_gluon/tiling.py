@@ -1,0 +1,292 @@
+"""The arithmetic of tiles, persistent programs, register budgets and shared memory: no tensors, no Gluon.
+
+Everything here is plain Python on a :class:`Geometry` (the problem as a per-group 2D convolution), so the
+CPU tests can check it exhaustively; :mod:`conv_gluon.plan` turns it into kernel arguments. Where a kernel
+repeats a computation (the tile order, ``kernels/common.py``), the function here is its twin.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from conv_core.problem import ConvProblem
+
+#: Widest copy of the gathering producer, in elements of a 16-bit dtype (16 bytes).
+MAX_VEC = 8
+
+#: TMA box dimensions are at most this many elements.
+TMA_BOX_LIMIT = 256
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The problem as a 2D convolution per group (1D problems: height 1, one filter row, no vertical
+    padding). ``pad`` is the top/left padding; the bottom/right padding only shapes ``p`` and ``q``."""
+
+    batch: int
+    groups: int
+    cin: int  # input channels per group
+    cout: int  # output channels per group
+    h: int
+    w: int
+    p: int
+    q: int
+    r: int
+    s: int
+    stride: tuple[int, int]
+    pad: tuple[int, int]
+    dil: tuple[int, int]
+
+    @classmethod
+    def of(cls, problem: ConvProblem) -> Geometry:
+        if problem.ndim not in (1, 2):
+            raise ValueError(f"{problem.ndim}D problems have no 2D geometry")
+
+        def two(values) -> tuple[int, int]:
+            return tuple(values) if len(values) == 2 else (1, *values)
+
+        g = problem.groups
+        pads = tuple(lo for lo, _ in problem.padding)
+        return cls(problem.batch, g, problem.in_channels // g, problem.out_channels // g,
+                   *two(problem.input_size), *two(problem.output_size), *two(problem.filter_size),
+                   two(problem.stride), pads if len(pads) == 2 else (0, pads[0]), two(problem.dilation))
+
+    @property
+    def taps(self) -> int:
+        return self.r * self.s
+
+    @property
+    def pixels(self) -> int:
+        """Output pixels of the batch: the GEMM's ``M``."""
+        return self.batch * self.p * self.q
+
+
+def vector_width(channels: int) -> int:
+    """Largest power of two, at most :data:`MAX_VEC`, dividing ``channels``: the elements one copy of the
+    gathering producer moves (a group's channels are then whole vectors, and so are every pixel's)."""
+    return math.gcd(channels, MAX_VEC)
+
+
+def gather_thread_shape(block_m: int, block_k: int, vec: int, warps: int) -> tuple[int, int, int]:
+    """``(channels per thread, lanes along the channels, rows per thread)`` of the gathering producer's
+    tile layout: the twin of ``kernels/fwd.gather_layout`` (see there why)."""
+    if vec == 1:
+        return block_k, 1, cdiv(block_m, 32 * warps)
+    spt = min(block_k, max(vec, block_m * block_k // (32 * warps * 4), block_k // 32))
+    lanes_k = block_k // spt
+    return spt, lanes_k, cdiv(block_m, (32 // lanes_k) * warps)
+
+
+def direct_store(cout: int, strides: tuple[int, ...], offset: int, element_size: int) -> bool:
+    """Whether the epilogue can store straight from the accumulator: Triton pairs 16-bit stores only where
+    its specialization shows the output's channels per group, pixel strides and start are multiples of 16
+    elements (16 bytes for the start); single 16-bit stores make ptxas serialize the ``wgmma``s, so those
+    outputs are staged through shared memory. float32 outputs store directly in any case."""
+    if element_size >= 4:
+        return True
+    return cout % 16 == 0 and all(s % 16 == 0 for s in strides) and offset * element_size % 16 == 0
+
+
+def channel_blocks(cin: int, block_k: int) -> int:
+    """Channel blocks per tap (``NCB``); the last one is partial when ``cin % block_k``."""
+    return cdiv(cin, block_k)
+
+
+def box_shape(p: int, q: int, block_m: int, widths: tuple[int, ...]) -> tuple[int, int]:
+    """``(BOX_H, BOX_W)`` of the ``tma_box`` tile: ``block_m`` output pixels as a rectangle of one image.
+
+    The widths come from the table (multiples of 8, so the box's rows stay whole swizzle lines); the one
+    that wastes the fewest pixel slots on a ``p x q`` image wins, then the wider (longer TMA rows).
+    """
+    best, best_key = None, None
+    for bw in widths:
+        if bw > block_m or block_m % bw or block_m // bw > TMA_BOX_LIMIT or bw > TMA_BOX_LIMIT:
+            continue
+        bh = block_m // bw
+        slots = cdiv(p, bh) * cdiv(q, bw) * block_m
+        key = (slots, -bw)
+        if best_key is None or key < best_key:
+            best, best_key = (bh, bw), key
+    if best is None:
+        raise ValueError(f"no box width of {widths} divides BLOCK_M={block_m}")
+    return best
+
+
+@dataclass(frozen=True)
+class TileGrid:
+    """How the output is cut into tiles: ``tiles_m x tiles_n`` per group, ``groups`` groups.
+
+    ``tiles_q`` and ``tiles_img`` describe the ``tma_box`` tiles (boxes per row of boxes, boxes per image);
+    for gathered tiles (``block_m`` consecutive pixels of the flattened batch) they are 1.
+    """
+
+    tiles_m: int
+    tiles_n: int
+    groups: int
+    tiles_q: int = 1
+    tiles_img: int = 1
+
+    @property
+    def num_tiles(self) -> int:
+        return self.tiles_m * self.tiles_n * self.groups
+
+
+def gather_grid(g: Geometry, block_m: int, block_n: int) -> TileGrid:
+    return TileGrid(cdiv(g.pixels, block_m), cdiv(g.cout, block_n), g.groups)
+
+
+def box_grid(g: Geometry, box: tuple[int, int], block_n: int) -> TileGrid:
+    bh, bw = box
+    tiles_q = cdiv(g.q, bw)
+    tiles_img = cdiv(g.p, bh) * tiles_q
+    return TileGrid(g.batch * tiles_img, cdiv(g.cout, block_n), g.groups, tiles_q, tiles_img)
+
+
+def tile_coords(tile: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int, int]:
+    """``(group, pid_m, pid_n)`` of linear tile ``tile``: the twin of ``kernels/common.tile_coords``."""
+    per_group = tiles_m * tiles_n
+    g, t = divmod(tile, per_group)
+    band_size = group_m * tiles_n
+    band, in_band = divmod(t, band_size)
+    first_m = band * group_m
+    rows_in_band = min(tiles_m - first_m, group_m)
+    return g, first_m + in_band % rows_in_band, in_band // rows_in_band
+
+
+def persistent_programs(num_tiles: int, sms: int) -> int:
+    """Programs of the persistent grid: one per SM (the ring fills most of its shared memory), never more
+    than there are tiles."""
+    return max(1, min(num_tiles, sms))
+
+
+def program_tiles(program: int, programs: int, num_tiles: int) -> range:
+    """The tiles program ``program`` takes, in order (the kernels' ``range(pid, NUM_TILES, grid)``)."""
+    return range(program, num_tiles, programs)
+
+
+def utilization(g: Geometry, grid: TileGrid, block_m: int, block_n: int, block_k: int) -> float:
+    """Fraction of the matrix work the tiles do that is real: pixel slots, output channels and reduction
+    lanes that hold data (the rest multiplies padding or masked rows)."""
+    real = g.pixels * g.cout * g.cin * g.groups
+    done = grid.tiles_m * block_m * grid.tiles_n * block_n * channel_blocks(g.cin, block_k) * block_k * g.groups
+    return real / done
+
+
+# ---- registers and shared memory ----------------------------------------------------------------------
+
+
+def total_warps(consumer_warps: int, producer_warps: int) -> int:
+    """Warps the kernel launches: the partitions' warps rounded up to whole warpgroups (registers are
+    allocated per warpgroup)."""
+    return cdiv(consumer_warps + producer_warps, 4) * 4
+
+
+def maxnreg(consumer_warps: int, producer_warps: int, registers_per_sm: int, max_per_thread: int) -> int:
+    """The kernel's register limit per thread: the whole register file shared by every launched thread
+    (one program per SM), at most the hardware's per-thread maximum, a multiple of 8 (``setmaxnreg``
+    moves registers in steps of 8). The compiler gives the producer its ``PRODUCER_REGS`` and the
+    consumer what is left of ``maxnreg x warps``."""
+    per_thread = registers_per_sm // (32 * total_warps(consumer_warps, producer_warps))
+    return min(max_per_thread, per_thread) // 8 * 8
+
+
+def consumer_registers(consumer_warps: int, producer_warps: int, producer_regs: int, limit: int) -> int:
+    """Registers per consumer thread once the producer took its share: the rest of ``limit x warps`` (less
+    24 per idle padding warp), a multiple of 8, at most 248. This is the arithmetic triton 3.6 was seen to
+    apply (``setmaxnreg`` in the PTX); the compile checks read the real values."""
+    warps = total_warps(consumer_warps, producer_warps)
+    idle = warps - consumer_warps - producer_warps  # padding warps of the producer's warpgroup
+    budget = limit * warps - producer_regs * producer_warps - 24 * idle
+    return min(248, budget // consumer_warps // 8 * 8)
+
+
+def warpgroup_split(block_n: int, consumer_warps: int) -> tuple[int, int]:
+    """``(warps along M, warps along N)`` of the consumer: the twin of ``kernels/fwd.accumulator_layout``."""
+    warps_n = max(1, min(consumer_warps // 4, block_n // 128))
+    return consumer_warps // warps_n, warps_n
+
+
+def accumulator_registers(block_m: int, block_n: int, consumer_warps: int) -> int:
+    """float32 accumulator registers per consumer thread."""
+    return block_m * block_n // (32 * consumer_warps)
+
+
+#: Bytes per mbarrier.
+BARRIER_BYTES = 8
+#: Shared memory the compiler adds for the warp-specialized region's own state (measured: under 256 bytes).
+SHARED_SLACK = 1024
+
+
+def ring_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int) -> int:
+    """Shared memory of the ring: per stage an input tile, a weight tile and two barriers."""
+    return stages * ((block_m + block_n) * block_k * element_size + 2 * BARRIER_BYTES)
+
+
+def staging_bytes(block_m: int, block_n: int, out_element_size: int) -> int:
+    """Upper bound of the epilogue's staging through shared memory: half the output tile (triton 3.6's layout
+    conversion takes a half or a quarter, in rounds; the compile checks hold it to this bound)."""
+    return block_m * block_n * out_element_size // 2
+
+
+def shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int = 0) -> int:
+    """Upper bound of the kernel's shared memory: the ring, the epilogue's staging (0: stored from
+    registers) and the compiler's own."""
+    return ring_bytes(block_m, block_n, block_k, stages, element_size) + staging + SHARED_SLACK
+
+
+def fitting_stages(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int,
+                   limit: int) -> int:
+    """The configured ring depth, or less where the epilogue's staging would not fit beside it (at least 2)."""
+    while stages > 2 and shared_bytes(block_m, block_n, block_k, stages, element_size, staging) > limit:
+        stages -= 1
+    return stages
+
+
+# ---- the data gradient as forward convolutions, one per stride phase ----------------------------------------
+
+
+@dataclass(frozen=True)
+class PhaseAxis:
+    """One axis of a stride phase of the data gradient.
+
+    ``dx[h]`` for ``h = phase + stride * i`` sums ``dy[p] w[r]`` over the taps ``r`` with
+    ``(h + pad - r * dil) % stride == 0``, at ``p = (h + pad - r * dil) / stride``. Those taps depend only on
+    the phase: walked in ``taps`` order (descending ``r``) they read ``p = i - pad' + t * dil'``, a forward
+    correlation of ``dy`` at stride 1 with dilation ``dil`` and padding ``pad`` (which may be negative).
+    """
+
+    phase: int
+    size: int  # outputs of the phase along the axis
+    taps: tuple[int, ...]  # filter taps, in the order the phase's convolution walks them
+    dil: int
+    pad: int
+
+
+def phase_axis(phase: int, size: int, filter_size: int, stride: int, pad: int, dil: int) -> PhaseAxis:
+    """The phase ``phase`` of an axis of ``size`` data-gradient elements (see :class:`PhaseAxis`)."""
+    count = cdiv(size - phase, stride) if phase < size else 0
+    taps = tuple(r for r in reversed(range(filter_size)) if (phase + pad - r * dil) % stride == 0)
+    if not taps:
+        return PhaseAxis(phase, count, (), 1, 0)
+    first = (phase + pad - taps[0] * dil) // stride  # exact: the tap qualifies
+    step = taps[0] - taps[1] if len(taps) > 1 else stride // math.gcd(stride, dil)
+    return PhaseAxis(phase, count, taps, step * dil // stride, -first)
+
+
+def phase_geometry(g: Geometry, ph: PhaseAxis, pw: PhaseAxis) -> Geometry:
+    """The forward convolution that computes one stride phase of the data gradient of ``g``: input ``dy``
+    (``g.p x g.q`` pixels, the output channels), output the phase's ``dx`` pixels (the input channels)."""
+    return Geometry(g.batch, g.groups, g.cout, g.cin, g.p, g.q, ph.size, pw.size, len(ph.taps), len(pw.taps),
+                    (1, 1), (ph.pad, pw.pad), (ph.dil, pw.dil))
+
+
+def data_gradient_phases(g: Geometry) -> list[tuple[PhaseAxis, PhaseAxis]]:
+    """Every stride phase of ``g``'s data gradient that has elements (``stride_h x stride_w`` at most)."""
+    rows = [phase_axis(ph, g.h, g.r, g.stride[0], g.pad[0], g.dil[0]) for ph in range(g.stride[0])]
+    cols = [phase_axis(pw, g.w, g.s, g.stride[1], g.pad[1], g.dil[1]) for pw in range(g.stride[1])]
+    return [(ph, pw) for ph in rows for pw in cols if ph.size and pw.size]

@@ -1,0 +1,161 @@
+"""A CPU replay of ``kernels/fwd.py`` driven by a :class:`~conv_gluon.plan.Plan`: the same scalars, tile
+order, masks, TMA bounds and weight matrix, in float64 with torch.
+
+Gluon kernels do not run on the CPU (not even interpreted), so this is how the CPU suite checks the host side
+(every argument :func:`conv_gluon.plan.make_plan` computes, the padded weight of :mod:`conv_gluon.weights`)
+and the kernel's index arithmetic against conv-core's float64 reference. It mirrors the kernel statement by
+statement; where the hardware does something (TMA zero fill beyond a tensor's bounds, ``cp.async`` zero fill
+of masked copies), it does what the hardware does, not what the plan hopes for.
+"""
+
+from __future__ import annotations
+
+import torch
+from conv_core import activations
+from conv_gluon import tiling, weights
+from conv_gluon.kernels.codes import A_MODES, ACTIVATIONS
+from conv_core.problem import torch_dtype
+from conv_gluon.plan import DataGradPlan, Plan
+
+ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
+
+
+def erfc(u: torch.Tensor) -> torch.Tensor:
+    """``kernels/common._erfc`` in float32, step by step."""
+    z = u.abs()
+    t = 1.0 / (1.0 + 0.5 * z)
+    p = torch.full_like(z, 0.17087277)
+    for coefficient in (-0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196,
+                        1.00002368, -1.26551223):
+        p = p * t + coefficient
+    r = t * torch.exp(p - z * z)
+    return torch.where(u >= 0, r, 2.0 - r)
+
+
+def activation(x: torch.Tensor, code: int) -> torch.Tensor:
+    """``kernels/common.activation`` (float32); gelu through the kernel's erfc, the rest as defined."""
+    name = ACTIVATION_NAMES[code]
+    x = x.float()
+    if name == "gelu":
+        return 0.5 * x * erfc(-0.7071067811865476 * x)
+    if name == "gelu_tanh":
+        u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (2.0 - 2.0 / (torch.exp(2.0 * u) + 1.0))
+    if name == "silu":
+        return x / (1.0 + torch.exp(-x))
+    return activations.apply(name or None, x)
+
+
+def _flat_nhwc(t: torch.Tensor) -> torch.Tensor:
+    """The storage of a dense channels-last tensor, in memory order."""
+    return t.movedim(1, -1).contiguous().reshape(-1)
+
+
+def run(plan: Plan, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out_shape, out_dtype) -> torch.Tensor:
+    """What the kernel would write for ``plan`` on dense channels-last CPU operands (NaN: never written)."""
+    y = torch.full((int(torch.tensor(out_shape).prod()),), float("nan"), dtype=torch.float64)
+    launch(plan, _flat_nhwc(x).double(), weights.weight_matrix(w, plan.weight, weights.PackCache()).double(), bias,
+           y, 0)
+    return _unflatten(y, out_shape, out_dtype)
+
+
+def run_bwd_data(dplan: DataGradPlan, problem, dy: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """What ``launch.run_bwd_data`` would produce: the tap-less phases zeroed, every phase's launch replayed on
+    its own weight matrix, writing from its offset in ``dx``."""
+    shape = problem.result_shape
+    y = torch.full((int(torch.tensor(shape).prod()),), float("nan"), dtype=torch.float64)
+    nhwc = y.view(shape[0], *shape[2:], shape[1])
+    stride = problem.stride
+    for ph, pw in dplan.zero_phases:
+        if problem.ndim == 2:
+            nhwc[:, ph::stride[0], pw::stride[1], :] = 0.0
+        else:
+            nhwc[:, pw::stride[0], :] = 0.0
+    dyf = _flat_nhwc(dy).double()
+    for phase in dplan.phases:
+        matrix = weights.pack_transposed(w, problem.groups, phase.taps_h, phase.taps_w, phase.plan.weight.c_pad)
+        launch(phase.plan, dyf, matrix.double(), None, y, phase.y_offset)
+    return _unflatten(y, shape, torch_dtype(problem.result_dtype))
+
+
+def _unflatten(y: torch.Tensor, out_shape, out_dtype) -> torch.Tensor:
+    n, k = out_shape[:2]
+    return y.view(n, *out_shape[2:], k).movedim(-1, 1).to(out_dtype)
+
+
+def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
+           y_offset: int) -> None:
+    """One launch of the kernel: ``xf`` the input's storage, ``wmat`` the weight matrix, writing into the flat
+    ``y`` from ``y_offset`` (float64 throughout; the activation in float32 as the kernel does)."""
+    s, c = dict(plan.scalars), dict(plan.constexprs)
+    bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
+    box = c["A_MODE"] == A_MODES["tma_box"]
+    w_rows, w_cols = plan.w_map.shape
+    assert tuple(wmat.shape) == (w_rows, w_cols) and plan.w_map.strides == (w_cols, 1)
+    rows = torch.arange(bm)
+    cols = torch.arange(bn)
+    kcols = torch.arange(bk)
+    for tile in range(s["NUM_TILES"]):
+        g, pid_m, pid_n = tiling.tile_coords(tile, s["TILES_M"], s["TILES_N"], c["GROUP_M"])
+        n0 = pid_n * bn
+        acc = torch.zeros(bm, bn, dtype=torch.float64)
+        if c["HAS_BIAS"]:
+            live = cols < s["K_G"] - n0
+            acc[:, live] += bias.double()[g * s["K_G"] + n0 + cols[live]][None, :]
+        if box:
+            img, rest = divmod(pid_m, s["TILES_IMG"])
+            tp, tq = divmod(rest, s["TILES_Q"])
+            p = tp * c["BOX_H"] + rows // c["BOX_W"]
+            q = tq * c["BOX_W"] + rows % c["BOX_W"]
+            row_ok = (p < s["P"]) & (q < s["Q"])
+            img = torch.full_like(rows, img)
+        else:
+            m = pid_m * bm + rows
+            row_ok = m < s["M"]
+            q = m % s["Q"]
+            p = (m // s["Q"]) % s["P"]
+            img = m // s["Q"] // s["P"]
+        for tap in range(s["TAPS"]):
+            r, t = divmod(tap, s["S"])
+            if box:  # the box's corner and TMA's bounds on the whole [N, H, W, C] tensor
+                n_box, bh, bw, bkk = plan.x_map.block
+                assert (n_box, bh, bw, bkk) == (1, c["BOX_H"], c["BOX_W"], bk)
+                h = tp * c["BOX_H"] - s["PAD_H"] + r * s["DIL_H"] + rows // c["BOX_W"]
+                w_ = tq * c["BOX_W"] - s["PAD_W"] + t * s["DIL_W"] + rows % c["BOX_W"]
+                n_all, h_all, w_all, c_all = plan.x_map.shape
+                ok = (img < n_all) & (h >= 0) & (h < h_all) & (w_ >= 0) & (w_ < w_all)
+                base = img * plan.x_map.strides[0] + h * plan.x_map.strides[1] + w_ * plan.x_map.strides[2]
+            else:
+                h = p * s["STRIDE_H"] - s["PAD_H"] + r * s["DIL_H"]
+                w_ = q * s["STRIDE_W"] - s["PAD_W"] + t * s["DIL_W"]
+                ok = row_ok & (h >= 0) & (h < s["H"]) & (w_ >= 0) & (w_ < s["W"])
+                base = img * s["sx_n"] + g * s["C_G"] + h * s["sx_h"] + w_ * s["sx_w"]
+            base = torch.where(ok, base, 0)
+            for cb in range(s["NCB"]):
+                ch = cb * bk + kcols
+                if box:
+                    cabs = g * s["C_G"] + ch  # TMA reads whatever channel is in bounds
+                    mask = ok[:, None] & (cabs < c_all)[None, :]
+                    offs = base[:, None] + cabs[None, :]
+                else:
+                    if c["EVEN_C"]:
+                        cmask = torch.ones_like(ch, dtype=torch.bool)
+                    else:
+                        cmask = (ch // c["VEC"]) < (s["C_G"] // c["VEC"])
+                    mask = ok[:, None] & cmask[None, :]
+                    offs = base[:, None] + ch[None, :]
+                a = torch.where(mask, xf[offs.clamp(0, xf.numel() - 1)], 0.0)
+                col0 = (tap * s["NCB"] + cb) * bk
+                wr = g * s["K_G"] + n0 + cols
+                wc = col0 + kcols
+                bmask = (wr < w_rows)[:, None] & (wc < w_cols)[None, :]
+                b = torch.where(bmask, wmat[wr.clamp(max=w_rows - 1)][:, wc.clamp(max=w_cols - 1)], 0.0)
+                acc += a @ b.T
+        out = activation(acc, c["ACTIVATION"]).double()
+        row_off = img * s["sy_n"] + p * s["sy_h"] + q * s["sy_w"]
+        cmask = cols < s["K_G"] - n0
+        mask = row_ok[:, None] & cmask[None, :]
+        offs = y_offset + g * s["K_G"] + n0 + row_off[:, None] + cols[None, :]
+        assert bool((offs[mask] < y.numel()).all()), "a store beyond the output"
+        assert bool(torch.isnan(y[offs[mask]]).all()), "an element written twice"
+        y[offs[mask]] = out[mask]

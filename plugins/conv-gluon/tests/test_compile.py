@@ -1,0 +1,92 @@
+"""Every shipped configuration compiles for sm_90a on the CPU, and the PTX / SASS show what the design needs.
+
+The job list (:func:`conv_gluon.aot.jobs`) is computed here; the compiling happens in one
+``python -m conv_gluon.aot`` subprocess with one compile process per core (a fresh Triton cache, so ptxas
+runs and reports). Each job must issue ``wgmma`` asynchronously (one left in flight), redistribute registers
+with ``setmaxnreg``, spill nothing, use no local memory, stay within 227 KiB of shared memory and the tables'
+own bound, and load the weights (and, for boxes, the input) by TMA; gathering producers must use ``cp.async``
+with their ``noinc`` barrier arrivals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conv_core.arch import spec
+from conv_gluon import aot, configs, plan
+
+JOBS = aot.jobs()
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> dict[str, dict]:
+    out = tmp_path_factory.mktemp("aot")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(out / "triton-cache")
+    workers = max(2, os.cpu_count() or 1)
+    done = subprocess.run([sys.executable, "-m", "conv_gluon.aot", "--jobs", str(workers), "--json",
+                           str(out / "results.json")], env=env, capture_output=True, text=True,
+                          timeout=max(600, 8 * len(JOBS)))  # 1-4 s per job and core
+    path = out / "results.json"
+    if not path.exists():
+        pytest.fail(f"the compile run wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    return {r["id"]: r for r in json.loads(path.read_text())}
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[job.id for job in JOBS])
+def test_compiles_cleanly(job, compiled):
+    result = compiled.get(job.id)
+    assert result is not None, f"{job.id} was not compiled"
+    assert aot.problems_of(result) == [], result
+
+
+def test_every_shipped_configuration_is_compiled_in_every_mode():
+    tab = configs.table(aot.TARGET)
+    for mode, (kernel, _) in aot.MODES.items():
+        shipped = {c.name for c in tab.configs(plan.KERNELS[kernel])}
+        done = {job.config for job in JOBS if job.mode == mode and job.shape == "mid"}
+        assert shipped == done, mode
+    assert {job.dtype for job in JOBS} == {"bfloat16", "float16"}
+    box_shapes = {aot.job_plan(job)[1].x_map.block[1:3] for job in JOBS if job.mode == "tma_box"}
+    assert {bw for _, bw in box_shapes} == set(tab.box_widths)  # every box width the table allows
+
+
+def test_the_shared_memory_limit_is_the_architectures(compiled):
+    assert all(r["shared_limit"] == spec("sm_90").shared_memory_bytes == 232448 for r in compiled.values())
+
+
+def test_wgmma_shapes_follow_the_tiles(compiled):
+    """One warpgroup per 64 rows up to 128 columns, two side by side beyond (BLOCK_N 256: n128 each)."""
+    for result in compiled.values():
+        config = aot.find_config(aot.MODES[result["job"]["mode"]][0], result["job"]["config"])
+        n = config.block_n // (2 if config.block_n >= 256 and config.num_warps == 8 else 1)
+        dtype = plan.TRITON_DTYPE[result["job"]["dtype"]].replace("fp", "f")
+        assert result["wgmma"] == [f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype}"], result["id"]
+
+
+def test_registers_are_moved_to_the_consumer(compiled):
+    """The producer gives registers back (setmaxnreg.dec to its budget), the consumer takes more."""
+    tab = configs.table(aot.TARGET)
+    for result in compiled.values():
+        producer = tab.producers[result["a_mode"]]
+        values = {(kind, int(n)) for kind, n in result["setmaxnreg"]}
+        assert ("inc", producer.regs) in values or ("dec", producer.regs) in values, result["id"]
+        assert any(kind == "inc" and n > result["planned_maxnreg"] for kind, n in values), result["id"]
+
+
+def test_problems_of_flags_what_it_should():
+    """The checks themselves: a result with a spill, a synchronous wgmma or too much shared memory fails."""
+    good = dict(ok=True, wgmma=["wgmma.mma_async"], sass_hgmma=["HGMMA.64x64x16.F32.BF16"], wgmma_wait=[0, 1],
+                sass_depbar_async=True, setmaxnreg=[("inc", "240")], sass_setmaxreg=2, maxnreg=168, threads=384,
+                planned_maxnreg=168, planned_threads=384, registers=168, spill_bytes=0, stack_bytes=0,
+                local_memory=0, sass_local=0, shared=1000, shared_limit=232448, shared_bound=2000, tma_2d=1,
+                tma_4d=0, cp_async=8, cp_async_arrive=1, a_mode="cp_async")
+    assert aot.problems_of(good) == []
+    for change in (dict(spill_bytes=8), dict(wgmma_wait=[0]), dict(sass_depbar_async=False), dict(setmaxnreg=[]),
+                   dict(shared=300000), dict(shared=2500), dict(sass_local=1), dict(tma_2d=0), dict(cp_async=0),
+                   dict(maxnreg=255), dict(ok=False, error="x"), dict(a_mode="tma_box")):
+        assert aot.problems_of({**good, **change}), change

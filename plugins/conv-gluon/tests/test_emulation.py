@@ -1,0 +1,142 @@
+"""Plans checked end to end on the CPU: the kernel's arithmetic replayed (``emulator.py``) on every argument
+:func:`conv_gluon.plan.make_plan` computes, against conv-core's float64 reference and tolerance model.
+
+The shapes are the issue's odd ones, small: 3, 40 and 200 channels, stride 2, dilation 2, 1x1 and 7x7
+filters, groups, asymmetric padding, 1D, channel counts that are not multiples of the tile, more output
+channels than one tile, bias and every activation, a float32 output; each with every kernel offered for it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conv_core.problem import ConvProblem, torch_dtype
+from conv_core.reference import compare, random_operands
+from conv_gluon import candidates, configs, plan
+
+import emulator
+
+TAB = configs.table("sm_90")
+
+SHAPES = {
+    "c16-3x3-gelu": dict(batch=2, in_channels=16, out_channels=24, input_size=(10, 11), filter_size=3, padding=1,
+                         bias=True, activation="gelu"),
+    "c3-7x7-s2-stem": dict(batch=2, in_channels=3, out_channels=20, input_size=(15, 14), filter_size=7, stride=2,
+                           padding=3, bias=True, activation="relu"),
+    "c40-dil2-fp16": dict(batch=1, in_channels=40, out_channels=50, input_size=(12, 9), filter_size=3, dilation=2,
+                          padding=2, dtype="float16", activation="silu"),
+    "groups2": dict(batch=2, in_channels=32, out_channels=48, groups=2, input_size=(7, 9), filter_size=3, padding=1,
+                    bias=True, activation="gelu_tanh"),
+    "groups4-c6": dict(batch=1, in_channels=24, out_channels=8, groups=4, input_size=(9, 8), filter_size=3,
+                       stride=2, padding=1, activation="relu6"),
+    "1x1-s2-f32out": dict(batch=2, in_channels=64, out_channels=200, input_size=(9, 10), filter_size=1, stride=2,
+                          out_dtype="float32", bias=True),
+    "conv1d": dict(batch=2, in_channels=16, out_channels=16, input_size=(30,), filter_size=5, padding=2, bias=True),
+    "asym-pad-2x2": dict(batch=1, in_channels=8, out_channels=8, input_size=(6, 7), filter_size=2,
+                         padding=((0, 2), (1, 0))),
+    "c200-packed": dict(batch=1, in_channels=200, out_channels=72, input_size=(9, 9), filter_size=3, padding=1,
+                        activation="gelu"),
+    "k300-wide-tile": dict(batch=1, in_channels=64, out_channels=300, input_size=(6, 20), filter_size=3, padding=1,
+                           bias=True),
+    "m-tiles": dict(batch=3, in_channels=16, out_channels=16, input_size=(13, 13), filter_size=3, padding=1),
+    "c5-1x1": dict(batch=2, in_channels=5, out_channels=7, input_size=(8, 8), filter_size=1, bias=True,
+                   activation="gelu"),
+}
+
+
+def make(name: str) -> ConvProblem:
+    fields = {"stride": 1, "padding": 0, "dilation": 1, "dtype": "bfloat16", "layout": "channels_last",
+              "arch": "sm_90", **SHAPES[name]}
+    return ConvProblem("fwd", **fields)
+
+
+CASES = [(name, kernel) for name in SHAPES for kernel in candidates.kernels_for(make(name), TAB)]
+
+
+@pytest.mark.parametrize("name, kernel", CASES, ids=[f"{n}-{k}" for n, k in CASES])
+def test_plan_computes_the_convolution(name, kernel):
+    problem = make(name)
+    p = plan.make_plan(problem, kernel, configs.select(TAB, plan.KERNELS[kernel], problem), TAB)
+    operands = random_operands(problem, "cpu", seed=1)
+    x, w, bias = operands
+    out = emulator.run(p, x, w, bias, problem.output_shape, torch_dtype(problem.result_dtype))
+    result = compare(problem, out, operands)
+    assert result.ok, f"{kernel} ({p.a_mode}, {p.config_name}): {result.message}"
+
+
+def test_both_kernels_and_all_input_modes_are_covered():
+    modes = {plan.make_plan(make(n), k, configs.select(TAB, plan.KERNELS[k], make(n)), TAB).a_mode for n, k in CASES}
+    assert modes == {"cp_async", "registers", "tma_box"}
+    assert any(plan.weight_matrix(make(n), configs.select(TAB, "fwd_gather", make(n))).packed for n in SHAPES)
+
+
+def test_the_emulator_catches_a_wrong_argument():
+    """A plan with one wrong scalar (the input's image stride) must fail the comparison: the check has teeth."""
+    problem = make("c16-3x3-gelu")
+    good = plan.make_plan(problem, "fwd_gather", configs.select(TAB, "fwd_gather", problem), TAB)
+    scalars = dict(good.scalars)
+    scalars["sx_n"] += problem.in_channels
+    bad = plan.Plan(**{**good.__dict__, "scalars": tuple(scalars.items())})
+    operands = random_operands(problem, "cpu", seed=1)
+    out = emulator.run(bad, *operands, problem.output_shape, torch_dtype(problem.result_dtype))
+    assert not compare(problem, out, operands).ok
+
+
+def test_gelu_through_the_kernels_erfc_is_within_float32_tolerance():
+    """The kernel computes gelu with its own erfc (fewer registers than libdevice's erf): error below
+    2.2e-7 |x| over [-12, 12], tighter than torch's float32 gelu."""
+    x = torch.linspace(-12, 12, 200_001, dtype=torch.float32)
+    exact = torch.nn.functional.gelu(x.double())
+    got = emulator.activation(x, emulator.ACTIVATIONS["gelu"]).double()
+    assert float(((got - exact).abs() / x.double().abs().clamp_min(1e-30)).max()) < 2.2e-7
+
+
+# ---- the data gradient: one forward launch per stride phase ------------------------------------------------
+
+GRAD_SHAPES = {
+    "3x3-s1": dict(batch=2, in_channels=16, out_channels=24, input_size=(10, 11), filter_size=3, padding=1),
+    "3x3-s2-c40": dict(batch=2, in_channels=40, out_channels=40, input_size=(13, 12), filter_size=3, stride=2,
+                       padding=1),
+    "1x1-s2-zero-phases": dict(batch=2, in_channels=24, out_channels=64, input_size=(9, 8), filter_size=1, stride=2),
+    "7x7-s2-c3-stem": dict(batch=1, in_channels=3, out_channels=64, input_size=(21, 20), filter_size=7, stride=2,
+                           padding=3),
+    "s2-dil2-no-taps": dict(batch=1, in_channels=8, out_channels=16, input_size=(15, 14), filter_size=3, stride=2,
+                            dilation=2, padding=2),
+    "s3-dil2": dict(batch=1, in_channels=16, out_channels=8, input_size=(16, 17), filter_size=(5, 3), stride=3,
+                    dilation=2, padding=(3, 1)),
+    "groups2-k5": dict(batch=2, in_channels=16, out_channels=10, groups=2, input_size=(9, 9), filter_size=3,
+                       stride=2, padding=1),
+    "conv1d-s3": dict(batch=2, in_channels=16, out_channels=32, input_size=(40,), filter_size=4, stride=3, padding=2),
+    "asym-pad": dict(batch=1, in_channels=8, out_channels=16, input_size=(11, 7), filter_size=(3, 2), stride=(2, 1),
+                     padding=((0, 2), (1, 0))),
+    "k200-pad0": dict(batch=1, in_channels=64, out_channels=200, input_size=(8, 8), filter_size=3, dtype="float16"),
+}
+
+
+def make_grad(name: str) -> ConvProblem:
+    fields = {"stride": 1, "padding": 0, "dilation": 1, "dtype": "bfloat16", "layout": "channels_last",
+              "arch": "sm_90", **GRAD_SHAPES[name]}
+    return ConvProblem("fwd", **fields).with_direction("bwd_data")
+
+
+GRAD_CASES = [(name, kernel) for name in GRAD_SHAPES for kernel in candidates.kernels_for(make_grad(name), TAB)]
+
+
+@pytest.mark.parametrize("name, kernel", GRAD_CASES, ids=[f"{n}-{k}" for n, k in GRAD_CASES])
+def test_data_gradient_phases_compute_the_gradient(name, kernel):
+    problem = make_grad(name)
+    p = plan.make_bwd_data_plan(problem, kernel, configs.select(TAB, plan.KERNELS[kernel], problem), TAB)
+    operands = random_operands(problem, "cpu", seed=2)
+    out = emulator.run_bwd_data(p, problem, *operands)
+    result = compare(problem, out, operands)
+    assert result.ok, f"{kernel} ({len(p.phases)} phases, {p.config_name}): {result.message}"
+
+
+def test_data_gradient_covers_zero_phases_and_every_mode():
+    plans = {(n, k): plan.make_bwd_data_plan(make_grad(n), k, configs.select(TAB, plan.KERNELS[k], make_grad(n)),
+                                             TAB) for n, k in GRAD_CASES}
+    assert plans["1x1-s2-zero-phases", "bwd_data_gather"].zero_phases == ((0, 1), (1, 0), (1, 1))
+    four = plans["3x3-s2-c40", "bwd_data_box"]
+    assert len(four.phases) == 4 and not four.zero_phases
+    modes = {ph.plan.a_mode for p in plans.values() for ph in p.phases}
+    assert modes == {"cp_async", "registers", "tma_box"}

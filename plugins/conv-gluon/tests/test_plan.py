@@ -1,0 +1,159 @@
+"""Plans (:mod:`conv_gluon.plan`): kernel arguments, descriptors, the weight matrix, input modes, support
+checks and the compile-time specialization, from problems alone."""
+
+from __future__ import annotations
+
+import pytest
+from conv_core.problem import ConvProblem
+from conv_gluon import configs, plan
+from conv_gluon.kernels.codes import A_MODES, ACTIVATIONS
+
+TAB = configs.table("sm_90")
+
+
+def problem(**fields) -> ConvProblem:
+    base = dict(batch=2, in_channels=64, out_channels=96, input_size=(12, 10), filter_size=3, stride=1, padding=1,
+                dilation=1, dtype="bfloat16", layout="channels_last", arch="sm_90")
+    return ConvProblem("fwd", **{**base, **fields})
+
+
+def make(p: ConvProblem, kernel: str) -> plan.Plan:
+    return plan.make_plan(p, kernel, configs.select(TAB, plan.KERNELS[kernel], p), TAB)
+
+
+def test_scalars_are_dense_nhwc_geometry():
+    p = problem(batch=3, in_channels=32, out_channels=48, groups=2, input_size=(11, 9), filter_size=(3, 5),
+                stride=(2, 1), padding=((1, 0), (2, 2)), dilation=(1, 2))
+    s = dict(make(p, "fwd_gather").scalars)
+    (oh, ow) = p.output_size
+    assert (s["M"], s["P"], s["Q"], s["H"], s["W"]) == (3 * oh * ow, oh, ow, 11, 9)
+    assert (s["C_G"], s["K_G"], s["S"], s["TAPS"]) == (16, 24, 5, 15)
+    assert (s["STRIDE_H"], s["STRIDE_W"], s["PAD_H"], s["PAD_W"], s["DIL_H"], s["DIL_W"]) == (2, 1, 1, 2, 1, 2)
+    assert (s["sx_n"], s["sx_h"], s["sx_w"]) == (11 * 9 * 32, 9 * 32, 32)
+    assert (s["sy_n"], s["sy_h"], s["sy_w"]) == (oh * ow * 48, ow * 48, 48)
+    assert s["NUM_TILES"] == s["TILES_M"] * s["TILES_N"] * 2
+
+
+def test_constexprs():
+    c = dict(make(problem(bias=True, activation="silu"), "fwd_gather").constexprs)
+    config = configs.select(TAB, "fwd_gather", problem())
+    assert (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["STAGES"]) == (config.block_m, config.block_n,
+                                                                        config.block_k, config.stages)
+    assert c["A_MODE"] == A_MODES["cp_async"] and c["VEC"] == 8 and c["EVEN_C"]
+    assert c["HAS_BIAS"] and c["ACTIVATION"] == ACTIVATIONS["silu"]
+    assert (c["PRODUCER_WARPS"], c["PRODUCER_REGS"]) == (TAB.producers["cp_async"].warps,
+                                                          TAB.producers["cp_async"].regs)
+
+
+@pytest.mark.parametrize("cin, mode, vec", [(64, "cp_async", 8), (6, "cp_async", 2), (12, "cp_async", 4),
+                                            (3, "registers", 1), (33, "registers", 1)])
+def test_input_mode_follows_the_channels(cin, mode, vec):
+    p = make(problem(in_channels=cin), "fwd_gather")
+    assert p.a_mode == mode and dict(p.constexprs)["VEC"] == vec
+
+
+def test_box_plan_descriptors():
+    p = make(problem(in_channels=40, input_size=(20, 33)), "fwd_box")
+    c = dict(p.constexprs)
+    assert p.a_mode == "tma_box" and c["A_MODE"] == A_MODES["tma_box"]
+    assert p.x_map.shape == (2, 20, 33, 40) and p.x_map.strides == (20 * 33 * 40, 33 * 40, 40, 1)
+    assert p.x_map.block == (1, c["BOX_H"], c["BOX_W"], c["BLOCK_K"])
+    assert c["BOX_H"] * c["BOX_W"] == c["BLOCK_M"]
+    s = dict(p.scalars)
+    assert s["TILES_IMG"] == -(-20 // c["BOX_H"]) * s["TILES_Q"] and s["TILES_M"] == 2 * s["TILES_IMG"]
+    for tmap in (p.x_map, p.w_map):  # TMA: 16-byte strides, contiguous last dimension, boxes within limits
+        assert tmap.strides[-1] == 1 and all(st * 2 % 16 == 0 for st in tmap.strides[:-1])
+        assert all(b <= 256 for b in tmap.block) and tmap.block[-1] * 2 >= 16
+
+
+def test_weight_matrix_view_or_padded():
+    even = make(problem(in_channels=64), "fwd_gather")
+    assert not even.weight.packed and even.workspace_bytes == 0
+    assert even.w_map.shape == (96, 9 * 64) and even.w_map.block == (even.config.block_n, even.config.block_k)
+    odd = make(problem(in_channels=40), "fwd_gather")
+    assert odd.weight.packed and odd.weight.c_pad == 64 and odd.w_map.shape == (96, 9 * 64)
+    assert odd.workspace_bytes == 96 * 9 * 64 * 2
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(stride=2), "stride"),
+    (dict(in_channels=36), "multiple of 16 bytes"),
+    (dict(in_channels=48, groups=2), "next group's channels"),
+])
+def test_box_issue(fields, words):
+    p = problem(**fields)
+    assert words in plan.box_issue(p, configs.select(TAB, "fwd_box", p))
+    with pytest.raises(ValueError, match="fwd_box cannot run"):
+        make(p, "fwd_box")
+
+
+def test_unknown_kernel():
+    with pytest.raises(ValueError, match="unknown forward kernel"):
+        plan.make_plan(problem(), "bwd_weight_split", configs.select(TAB, "fwd_gather", problem()), TAB)
+
+
+def test_registers_and_warps():
+    narrow = make(problem(out_channels=64), "fwd_gather")
+    wide = make(problem(out_channels=512), "fwd_box")
+    assert narrow.num_warps == 4 and narrow.maxnreg == 248
+    assert wide.num_warps == 8 and wide.config.block_n == 256 and wide.maxnreg == 168
+
+
+def test_aot_specialization_mirrors_the_jit():
+    from conv_gluon.kernels.fwd import conv_fwd
+
+    p = make(problem(stride=1, dilation=1, padding=2, filter_size=5), "fwd_box")
+    signature, consts, attrs = plan.aot_specialization(p, conv_fwd.arg_names, plan.role_dtypes(problem()),
+                                                       lambda tmap, dtype: f"desc{tmap.block}")
+    names = conv_fwd.arg_names
+    assert signature["x"] == f"desc{p.x_map.block}" and signature["w_desc"] == f"desc{p.w_map.block}"
+    assert signature["y_ptr"] == "*bf16" and attrs[(names.index("y_ptr"),)] == [["tt.divisibility", 16]]
+    assert consts["STRIDE_H"] == 1 and signature["STRIDE_H"] == "constexpr"  # 1 becomes a constant
+    assert signature["PAD_H"] == "i32" and (names.index("PAD_H"),) not in attrs
+    assert (names.index("sx_n"),) in attrs  # 12 * 10 * 64: divisible by 16
+    assert consts["num_warps"] == p.num_warps and consts["BLOCK_M"] == p.config.block_m
+    assert set(signature) == set(names)
+
+
+def test_int32_issue():
+    assert plan.int32_issue(problem()) is None
+    assert "the input has" in plan.int32_issue(problem(batch=2048, in_channels=1024, input_size=(32, 32)))
+
+
+def test_epilogue_staging_follows_the_output():
+    assert not dict(make(problem(out_channels=96), "fwd_gather").constexprs)["STAGE_OUT"]
+    odd = make(problem(out_channels=36), "fwd_gather")  # RetinaNet's box regression: 36 channels
+    assert dict(odd.constexprs)["STAGE_OUT"] and odd.staging_bytes > 0
+    wide = make(problem(out_channels=819), "fwd_box")  # RetinaNet's class logits, BLOCK_N 256
+    assert wide.config.block_n == 256 and dict(wide.constexprs)["STAGE_OUT"]
+    assert wide.stages == dict(wide.constexprs)["STAGES"] <= wide.config.stages
+    f32 = make(problem(out_channels=819, out_dtype="float32"), "fwd_box")
+    assert not dict(f32.constexprs)["STAGE_OUT"] and f32.stages == f32.config.stages
+
+
+def test_wide_tiles_take_their_own_box_widths():
+    narrow_image = problem(in_channels=64, out_channels=512, input_size=(12, 6))
+    p = make(narrow_image, "fwd_box")
+    assert p.config.block_n == 256 and p.x_map.block[2] in TAB.box_widths_for(256) and p.x_map.block[2] >= 16
+    small = make(problem(in_channels=64, out_channels=64, input_size=(12, 6)), "fwd_box")
+    assert small.x_map.block[1:3] == (16, 8)
+
+
+def test_data_gradient_plan():
+    p = problem(in_channels=40, out_channels=72, stride=2, input_size=(13, 12)).with_direction("bwd_data")
+    dplan = plan.make_bwd_data_plan(p, "bwd_data_gather", configs.select(TAB, "fwd_gather", p), TAB)
+    assert len(dplan.phases) == 4 and not dplan.zero_phases
+    h, w, c = 13, 12, 40
+    for phase in dplan.phases:
+        s = dict(phase.plan.scalars)
+        assert (s["H"], s["W"], s["C_G"], s["K_G"]) == (7, 6, 72, 40)  # dy in, dx's channels out
+        assert (s["STRIDE_H"], s["STRIDE_W"]) == (1, 1)
+        assert (s["sy_n"], s["sy_h"], s["sy_w"]) == (h * w * c, 2 * w * c, 2 * c)
+        assert s["TAPS"] == len(phase.taps_h) * len(phase.taps_w)
+        assert phase.plan.weight.rows == c and phase.plan.weight.c_pad % phase.plan.config.block_k == 0
+        assert phase.plan.kernel == "bwd_data_gather"
+    assert sorted(ph.y_offset for ph in dplan.phases) == [0, c, w * c, w * c + c]
+    assert sum(len(ph.taps_h) * len(ph.taps_w) for ph in dplan.phases) == 9  # each tap once
+    assert dplan.workspace_bytes == sum(ph.plan.weight.numel for ph in dplan.phases) * 2
+    with pytest.raises(ValueError, match="unknown data-gradient kernel"):
+        plan.make_bwd_data_plan(p, "fwd_gather", configs.select(TAB, "fwd_gather", p), TAB)

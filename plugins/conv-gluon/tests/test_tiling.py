@@ -1,0 +1,180 @@
+"""Tiling, persistent scheduling and budget arithmetic (:mod:`conv_gluon.tiling`)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from conv_core.problem import ConvProblem
+from conv_gluon import tiling
+
+
+@pytest.mark.parametrize("tiles_m, tiles_n, group_m", [(1, 1, 8), (7, 3, 8), (16, 5, 4), (9, 9, 1), (3, 11, 8),
+                                                      (40, 2, 8)])
+def test_tile_order_is_a_bijection_per_group(tiles_m, tiles_n, group_m):
+    groups = 3
+    seen = [tiling.tile_coords(t, tiles_m, tiles_n, group_m) for t in range(tiles_m * tiles_n * groups)]
+    assert sorted(seen) == list(itertools.product(range(groups), range(tiles_m), range(tiles_n)))
+    per_group = tiles_m * tiles_n
+    assert all(seen[t][0] == t // per_group for t in range(len(seen)))  # a group's tiles are consecutive
+
+
+def test_tile_order_walks_bands_of_group_m_rows():
+    """Within a band of GROUP_M row tiles, consecutive tiles share a column tile (the weight block in L2)."""
+    order = [tiling.tile_coords(t, 16, 4, 8)[1:] for t in range(16)]
+    assert order[:8] == [(m, 0) for m in range(8)] and order[8:16] == [(m, 1) for m in range(8)]
+
+
+@pytest.mark.parametrize("num_tiles, sms", [(1, 132), (131, 132), (132, 132), (133, 132), (1000, 132), (7, 3)])
+def test_persistent_programs_cover_every_tile_once(num_tiles, sms):
+    programs = tiling.persistent_programs(num_tiles, sms)
+    assert programs == min(num_tiles, sms)
+    taken = [t for pid in range(programs) for t in tiling.program_tiles(pid, programs, num_tiles)]
+    assert sorted(taken) == list(range(num_tiles))
+    loads = [len(tiling.program_tiles(pid, programs, num_tiles)) for pid in range(programs)]
+    assert max(loads) - min(loads) <= 1  # balanced to one tile
+
+
+@pytest.mark.parametrize("p, q, expected", [
+    (56, 56, (2, 64)),  # 28 boxes whatever the width: a tie goes to the widest box
+    (64, 64, (2, 64)),  # every width fits exactly: the widest
+    (7, 7, (8, 16)),  # one box of 8x16 or 16x8; 4x32 and 2x64 would need 2 and 4
+    (12, 6, (16, 8)),  # 16x8 covers it with one box; 8x16 needs 2
+    (1, 100, (2, 64)),
+    (128, 16, (8, 16)),
+    (4, 32, (4, 32)),
+])
+def test_box_shape_minimises_wasted_slots(p, q, expected):
+    widths = (8, 16, 32, 64)
+    bh, bw = tiling.box_shape(p, q, 128, widths)
+    assert bh * bw == 128
+    slots = tiling.cdiv(p, bh) * tiling.cdiv(q, bw)
+    best = min(tiling.cdiv(p, 128 // w) * tiling.cdiv(q, w) for w in widths)
+    assert slots == best
+    assert (bh, bw) == expected
+
+
+def test_box_shape_needs_a_width_dividing_the_tile():
+    with pytest.raises(ValueError):
+        tiling.box_shape(8, 8, 128, (24,))
+
+
+def test_geometry_of_1d_and_asymmetric_padding():
+    p = ConvProblem("fwd", 2, 8, 16, (30,), 5, 2, ((3, 1),), 1)
+    g = tiling.Geometry.of(p)
+    assert (g.h, g.w, g.p, g.q, g.r, g.s) == (1, 30, 1, p.output_size[0], 1, 5)
+    assert g.stride == (1, 2) and g.pad == (0, 3) and g.dil == (1, 1)
+    g2 = tiling.Geometry.of(ConvProblem("fwd", 1, 6, 4, (9, 10), (3, 2), 1, ((0, 2), (1, 0)), 2, groups=2))
+    assert g2.pad == (0, 1) and (g2.cin, g2.cout, g2.groups) == (3, 2, 2)
+    with pytest.raises(ValueError):
+        tiling.Geometry.of(ConvProblem("fwd", 1, 2, 2, (4, 4, 4), 3, 1, 1, 1))
+
+
+@pytest.mark.parametrize("channels, vec", [(3, 1), (5, 1), (6, 2), (12, 4), (40, 8), (64, 8), (200, 8), (2, 2)])
+def test_vector_width(channels, vec):
+    assert tiling.vector_width(channels) == vec
+    assert channels % vec == 0
+
+
+def test_grids():
+    g = tiling.Geometry.of(ConvProblem("fwd", 3, 16, 300, (13, 13), 3, 1, 1, 1, groups=2))
+    grid = tiling.gather_grid(g, 128, 64)
+    assert (grid.tiles_m, grid.tiles_n, grid.groups) == (tiling.cdiv(3 * 169, 128), 3, 2)
+    assert grid.num_tiles == grid.tiles_m * 3 * 2
+    box = tiling.box_grid(g, (8, 16), 64)
+    assert (box.tiles_q, box.tiles_img, box.tiles_m) == (1, 2, 6)
+
+
+@pytest.mark.parametrize("block_m, block_k, vec, warps", [(128, 16, 8, 4), (128, 64, 8, 4), (128, 64, 2, 4),
+                                                          (128, 32, 4, 4), (128, 16, 1, 4), (256, 64, 8, 4)])
+def test_gather_thread_shape_covers_the_tile(block_m, block_k, vec, warps):
+    spt, lanes_k, rows = tiling.gather_thread_shape(block_m, block_k, vec, warps)
+    assert spt % vec == 0 and spt * lanes_k == block_k and lanes_k <= 32
+    lanes_m = 32 // lanes_k
+    assert rows * lanes_m * warps == block_m
+    assert rows <= 4 or vec == 1 and rows <= 2  # few rows per thread: few registers for pixel coordinates
+
+
+@pytest.mark.parametrize("consumer, producer, expected", [(4, 4, 248), (8, 4, 168), (4, 1, 248), (8, 1, 168),
+                                                           (8, 8, 128)])
+def test_maxnreg_shares_the_register_file(consumer, producer, expected):
+    limit = tiling.maxnreg(consumer, producer, 65536, 255)
+    assert limit == expected and limit % 8 == 0
+    assert limit * 32 * tiling.total_warps(consumer, producer) <= 65536
+
+
+def test_consumer_registers_match_what_triton_36_emitted():
+    """setmaxnreg values read off compiled kernels (8 + 4 warps: 208; 8 + 1: 240; 4 + 4: 248)."""
+    assert tiling.consumer_registers(8, 4, 88, 168) == 208
+    assert tiling.consumer_registers(8, 1, 24, 168) == 240
+    assert tiling.consumer_registers(4, 4, 88, 248) == 248
+
+
+def test_warpgroup_split():
+    assert tiling.warpgroup_split(256, 8) == (4, 2)  # two warpgroups side by side along N
+    assert tiling.warpgroup_split(128, 8) == (8, 1)  # stacked along M
+    assert tiling.warpgroup_split(64, 4) == (4, 1)
+
+
+def test_utilization():
+    g = tiling.Geometry.of(ConvProblem("fwd", 2, 3, 64, (16, 16), 3, 1, 1, 1))
+    used = tiling.utilization(g, tiling.gather_grid(g, 128, 64), 128, 64, 16)
+    assert used == pytest.approx(3 / 16)
+    g = tiling.Geometry.of(ConvProblem("fwd", 2, 64, 128, (16, 16), 3, 1, 1, 1))
+    assert tiling.utilization(g, tiling.gather_grid(g, 128, 128), 128, 128, 64) == 1.0
+
+
+def test_shared_bytes_bound():
+    assert tiling.ring_bytes(128, 256, 64, 4, 2) == 4 * (384 * 64 * 2 + 16)
+    assert tiling.shared_bytes(128, 256, 64, 4, 2) > tiling.ring_bytes(128, 256, 64, 4, 2)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_data_gradient_phases_match_the_definition(seed):
+    """Every (dx element, tap, dy element) of the data gradient appears in exactly one phase, as the phase's
+    stride-1 correlation reads it: p = i - pad' + t * dil'."""
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(300):
+        size, k, stride, dil, pad = rng.randint(1, 13), rng.randint(1, 5), rng.randint(1, 4), rng.randint(1, 3), \
+            rng.randint(0, 5)
+        for phase in range(stride):
+            axis = tiling.phase_axis(phase, size, k, stride, pad, dil)
+            assert axis.size == len(range(phase, size, stride))
+            for i in range(axis.size):
+                h = phase + stride * i
+                wanted = sorted((r, (h + pad - r * dil) // stride) for r in range(k)
+                                if (h + pad - r * dil) % stride == 0)
+                got = sorted((r, i - axis.pad + t * axis.dil) for t, r in enumerate(axis.taps))
+                assert got == wanted, (size, k, stride, dil, pad, phase, i)
+
+
+def test_phases_of_a_1x1_stride_2_have_one_tap():
+    g = tiling.Geometry.of(ConvProblem("fwd", 1, 4, 4, (9, 8), 1, 2, 0, 1))
+    phases = tiling.data_gradient_phases(g)
+    assert [(ph.phase, pw.phase) for ph, pw in phases] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [(len(ph.taps), len(pw.taps)) for ph, pw in phases] == [(1, 1), (1, 0), (0, 1), (0, 0)]
+    pg = tiling.phase_geometry(g, *phases[0])
+    assert (pg.h, pg.w, pg.p, pg.q, pg.r, pg.s, pg.cin, pg.cout) == (5, 4, 5, 4, 1, 1, 4, 4)
+
+
+@pytest.mark.parametrize("cout, strides, offset, size, direct", [
+    (64, (4096, 512, 64), 0, 2, True),
+    (120, (4096, 960, 120), 0, 2, False),  # 120 channels: Triton cannot pair the stores
+    (64, (4096, 512, 64), 64, 2, True),
+    (64, (4096, 512, 64), 4, 2, False),  # a phase's output starting 8 bytes into a 16-byte line
+    (3, (48, 12, 3), 0, 2, False),
+    (3, (48, 12, 3), 0, 4, True),  # float32 stores straight from registers in any case
+])
+def test_direct_store(cout, strides, offset, size, direct):
+    assert tiling.direct_store(cout, strides, offset, size) is direct
+
+
+def test_staging_shortens_the_ring_only_when_it_must():
+    limit = 232448
+    assert tiling.staging_bytes(128, 256, 2) == 32768
+    assert tiling.fitting_stages(128, 256, 64, 4, 2, 32768, limit) == 4
+    assert tiling.fitting_stages(128, 256, 64, 4, 2, 65536, limit) == 3  # a float32 output tile
+    assert tiling.fitting_stages(128, 64, 16, 8, 2, 8192, limit) == 8
+    assert tiling.fitting_stages(128, 256, 64, 4, 2, 10**6, limit) == 2  # never below double buffering
