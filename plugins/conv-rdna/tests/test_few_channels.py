@@ -180,8 +180,10 @@ def test_every_few_channels_out_configuration_runs_what_it_is_offered():
 
 def test_h100_configurations():
     tab = configs.table("sm_90")
-    stem = configs.select(tab, "few_channels_in", STEM)
-    assert (stem.block_m, stem.block_n, stem.block_k) == (256, 64, 32)  # every output channel in one tile
+    stem = configs.select(tab, "few_channels_in", STEM.replace(batch=31))  # a bucket, not the swept layer
+    assert (stem.block_m, stem.block_n, stem.block_k) == (128, 64, 32)  # every output channel in one tile
+    swept = tab.layers["few_channels_in"].get(configs.layer_key(STEM))
+    assert swept is not None and configs.select(tab, "few_channels_in", STEM) == swept
     image = configs.select(tab, "few_channels_out", IMAGE_OUT)
     assert (image.block_m, image.block_n) == (256, 32)
     p = plan.make_plan(IMAGE_OUT, "few_channels_out", image, tab)

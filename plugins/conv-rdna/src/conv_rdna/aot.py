@@ -149,10 +149,13 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
 
 
 def _depthwise_shapes(target: str, tab: configs.ArchTable, kernel: str, config, dtype: str, layout: str) -> list:
-    """The :data:`DEPTHWISE_SHAPES` on which the table picks ``config``."""
-    return [shape for shape in DEPTHWISE_SHAPES
-            if configs.select(tab, plan.KERNELS[kernel], representative_problem(kernel, dtype, layout, target, shape))
-            == config]
+    """The :data:`DEPTHWISE_SHAPES` on which the table picks ``config``; for a configuration only an exact
+    layer picks (a sweep winner: the swept layers are ConvNeXt's 7x7 ones), the 7x7 geometry."""
+    shapes = [shape for shape in DEPTHWISE_SHAPES
+              if configs.select(tab, plan.KERNELS[kernel], representative_problem(kernel, dtype, layout, target, shape))
+              == config]
+    exact = config in tab.layers.get(plan.KERNELS[kernel], {}).values()
+    return shapes or (["dw7x7"] if exact else [])
 
 
 def jobs(targets=tuple(TARGETS)) -> list[Job]:
