@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 from conv_core import activations
+from conv_core.weight_cache import DerivedWeightCache
 from conv_gluon import tiling, weights
 from conv_gluon.kernels.codes import A_MODES, ACTIVATIONS
 from conv_core.problem import torch_dtype
@@ -54,7 +55,7 @@ def _flat_nhwc(t: torch.Tensor) -> torch.Tensor:
 def run(plan: Plan, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, out_shape, out_dtype) -> torch.Tensor:
     """What the kernel would write for ``plan`` on dense channels-last CPU operands (NaN: never written)."""
     y = torch.full((int(torch.tensor(out_shape).prod()),), float("nan"), dtype=torch.float64)
-    launch(plan, _flat_nhwc(x).double(), weights.weight_matrix(w, plan.weight, weights.PackCache()).double(), bias,
+    launch(plan, _flat_nhwc(x).double(), weights.weight_matrix(w, plan.weight, DerivedWeightCache()).double(), bias,
            y, 0)
     return _unflatten(y, out_shape, out_dtype)
 

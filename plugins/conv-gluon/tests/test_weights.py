@@ -7,6 +7,7 @@ import gc
 
 import pytest
 import torch
+from conv_core.weight_cache import DerivedWeightCache
 from conv_gluon import weights
 from conv_gluon.plan import WeightMatrix
 
@@ -43,7 +44,7 @@ def test_dense_channels_last_weight_is_read_in_place():
     m = weights.as_matrix(w, spec)
     assert m is not None and m.data_ptr() == w.data_ptr()
     assert torch.equal(m, weights.pack(w, 16))
-    assert weights.weight_matrix(w, spec, weights.PackCache()).data_ptr() == w.data_ptr()
+    assert weights.weight_matrix(w, spec, DerivedWeightCache()).data_ptr() == w.data_ptr()
 
 
 def test_no_view_for_padded_channels_other_strides_or_misalignment():
@@ -53,13 +54,13 @@ def test_no_view_for_padded_channels_other_strides_or_misalignment():
     storage = torch.empty(6 * 16 * 6 + 1, dtype=torch.bfloat16)
     shifted = storage[1:].view(6, 3, 2, 16).permute(0, 3, 1, 2)  # dense channels-last, 2 bytes off
     assert shifted.data_ptr() % 16 and weights.as_matrix(shifted, WeightMatrix(6, 6, 16, 16)) is None
-    cache = weights.PackCache()
+    cache = DerivedWeightCache()
     m = weights.weight_matrix(shifted.copy_(w), WeightMatrix(6, 6, 16, 16), cache)  # falls back to a copy
     assert torch.equal(m, weights.pack(w, 16)) and len(cache) == 1
 
 
 def test_cache_hits_until_the_weight_changes_in_place():
-    cache = weights.PackCache()
+    cache = DerivedWeightCache()
     w = weight()
     calls = []
 
@@ -67,18 +68,18 @@ def test_cache_hits_until_the_weight_changes_in_place():
         calls.append(1)
         return weights.pack(w, 8)
 
-    first = cache.get(w, 8, make)
-    assert cache.get(w, 8, make) is first and len(calls) == 1 and cache.hits == 1
+    first = cache.get(w, form=8, make=make)
+    assert cache.get(w, form=8, make=make) is first and len(calls) == 1 and cache.hits == 1
     with torch.no_grad():
         w.add_(1)  # an optimizer step: bumps _version
-    second = cache.get(w, 8, make)
+    second = cache.get(w, form=8, make=make)
     assert len(calls) == 2 and second is not first
     assert torch.equal(second, weights.pack(w, 8)) and not torch.equal(second, first)
     assert len(cache) == 1  # the stale version was dropped
 
 
 def test_in_place_update_through_a_view_invalidates():
-    cache = weights.PackCache()
+    cache = DerivedWeightCache()
     w = weight()
     first = weights.weight_matrix(w, WeightMatrix(6, 6, 5, 8), cache)
     with torch.no_grad():
@@ -88,13 +89,13 @@ def test_in_place_update_through_a_view_invalidates():
 
 
 def test_key_covers_shape_strides_dtype_and_padding():
-    cache = weights.PackCache()
+    cache = DerivedWeightCache()
     w = weight()
-    a = cache.get(w, 8, lambda: weights.pack(w, 8))
-    b = cache.get(w, 16, lambda: weights.pack(w, 16))
+    a = cache.get(w, form=8, make=lambda: weights.pack(w, 8))
+    b = cache.get(w, form=16, make=lambda: weights.pack(w, 16))
     assert a is not b and b.shape[1] == 6 * 16
     h = w.to(torch.float16)
-    assert cache.get(h, 8, lambda: weights.pack(h, 8)).dtype == torch.float16
+    assert cache.get(h, form=8, make=lambda: weights.pack(h, 8)).dtype == torch.float16
 
 
 def test_an_entry_of_another_storage_is_a_miss():
@@ -103,43 +104,43 @@ def test_an_entry_of_another_storage_is_a_miss():
     storage is another tensor's must not be served; nor one whose storage was freed."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    cache = weights.PackCache()
+    cache = DerivedWeightCache()
     w, other = weight(seed=1), weight(seed=2)
     stale = weights.pack(other, 8)
     cache._entries[cache.key(w, 8)] = (StorageWeakRef(other.untyped_storage()), stale)
-    got = cache.get(w, 8, lambda: weights.pack(w, 8))
+    got = cache.get(w, form=8, make=lambda: weights.pack(w, 8))
     assert got is not stale and torch.equal(got, weights.pack(w, 8))
     dead = weight(seed=3)
     cache._entries[cache.key(other, 8)] = (StorageWeakRef(dead.untyped_storage()), stale)
     del dead
     gc.collect()
-    assert cache.get(other, 8, lambda: weights.pack(other, 8)) is not stale
+    assert cache.get(other, form=8, make=lambda: weights.pack(other, 8)) is not stale
 
 
 def test_bounded_by_entries_and_bytes():
-    cache = weights.PackCache(max_entries=2, max_bytes=1 << 20)
+    cache = DerivedWeightCache(max_entries=2, max_bytes=1 << 20)
     ws = [weight(seed=i) for i in range(4)]
     for w in ws:
-        cache.get(w, 8, lambda w=w: weights.pack(w, 8))
+        cache.get(w, form=8, make=lambda w=w: weights.pack(w, 8))
     assert len(cache) == 2  # least recently used went first
-    assert cache.get(ws[0], 8, lambda: weights.pack(ws[0], 8)) is not None and cache.misses == 5
-    tiny = weights.PackCache(max_entries=8, max_bytes=100)  # each pack is 6 * 48 * 2 = 576 bytes
-    tiny.get(ws[0], 8, lambda: weights.pack(ws[0], 8))
+    assert cache.get(ws[0], form=8, make=lambda: weights.pack(ws[0], 8)) is not None and cache.misses == 5
+    tiny = DerivedWeightCache(max_entries=8, max_bytes=100)  # each pack is 6 * 48 * 2 = 576 bytes
+    tiny.get(ws[0], form=8, make=lambda: weights.pack(ws[0], 8))
     assert len(tiny) == 0 and tiny.nbytes == 0
 
 
 def test_inference_tensors_are_not_cached():
-    cache = weights.PackCache()
+    cache = DerivedWeightCache()
     with torch.inference_mode():
         w = weight()
-    cache.get(w, 8, lambda: weights.pack(w, 8))
+    cache.get(w, form=8, make=lambda: weights.pack(w, 8))
     assert len(cache) == 0
 
 
 @pytest.mark.parametrize("c, c_pad", [(3, 16), (40, 64), (200, 256)])
 def test_weight_matrix_shapes(c, c_pad):
     w = weight(k=5, c=c, r=3, s=3)
-    m = weights.weight_matrix(w, WeightMatrix(5, 9, c, c_pad), weights.PackCache())
+    m = weights.weight_matrix(w, WeightMatrix(5, 9, c, c_pad), DerivedWeightCache())
     assert m.shape == (5, 9 * c_pad) and m.data_ptr() % 16 == 0 and (m.shape[1] * 2) % 16 == 0
 
 
@@ -160,7 +161,7 @@ def test_transposed_phase_weight():
 
 
 def test_phase_weights_are_cached_apart_from_the_forward_copy():
-    cache = weights.PackCache()
+    cache = DerivedWeightCache()
     w = weight(k=4, c=8)
     fwd = weights.weight_matrix(w, WeightMatrix(4, 6, 8, 16), cache)
     ph0 = weights.phase_matrix(w, 1, (2, 0), (1,), 16, cache)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.suites import available_suites, load_suite
+from conv_core.weight_cache import DerivedWeightCache
 from conv_rdna import aot, candidates, configs, launch, plan, sweep, winograd
 
 FAST = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
@@ -165,7 +166,7 @@ def test_winograd_is_gated_with_its_error_factor_and_timed_through_its_cache(mon
 
     compare = sweep.compare
     monkeypatch.setattr(sweep, "compare", spy)
-    cache = winograd.WeightTransformCache()
+    cache = DerivedWeightCache()
     monkeypatch.setattr(winograd, "WEIGHT_CACHE", cache)
     p = TINY["winograd"]
     (result,) = sweep.sweep_problem(p, CPU, {"winograd": SPACE["winograd"][:1]}, reps=2, families={"winograd"})

@@ -17,6 +17,7 @@ import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import UNIT_ROUNDOFF, absolute_reference, compare, random_operands, reference
 from conv_core.testing.conformance import check_candidate, check_metadata
+from conv_core.weight_cache import DerivedWeightCache
 from conv_rdna import candidates, configs, plan, winograd
 from conv_rdna.kernels import winograd as wk
 
@@ -314,7 +315,7 @@ def test_conformance_kit_checks(problem):
 
 @pytest.fixture
 def cache(monkeypatch):
-    fresh = winograd.WeightTransformCache(max_entries=8)
+    fresh = DerivedWeightCache(max_entries=8)
     monkeypatch.setattr(winograd, "WEIGHT_CACHE", fresh)
     return fresh
 
@@ -344,7 +345,7 @@ def test_cache_hit_and_in_place_updates_are_never_stale(cache):
 def test_cache_checks_the_storage_not_just_the_address(cache, monkeypatch):
     """A new tensor where a freed one was (same address, shape and version) must not hit: every key collides
     here, so only the storage check tells the tensors apart."""
-    monkeypatch.setattr(winograd.WeightTransformCache, "key", staticmethod(lambda w: "same"))
+    monkeypatch.setattr(DerivedWeightCache, "key", staticmethod(lambda w, form=None: "same"))
     made = []
 
     def maker(tag):

@@ -6,30 +6,18 @@ channels-last weight ``[K, C_g, R, S]`` *is* that matrix with ``c_pad = C_g`` (i
 the weight in place. Otherwise every tap's channels are padded with zeros to ``c_pad``, so that no block
 straddles two taps and the rows stay 16-byte aligned; that copy is made once per weight and cached. The data
 gradient's phases read the weight transposed and flipped (:func:`pack_transposed`): always a copy, cached the
-same way. The cache:
-
-- is keyed by device, data pointer, shape, strides, dtype, the form made (padding, a phase's taps) and the
-  tensor's ``_version`` (bumped by every in-place update, optimizer steps included), and checked against a
-  weak reference to the weight's storage, so a new weight allocated where a freed one was, with the same
-  version, is a miss;
-- is bounded (``CONV_GLUON_WEIGHT_CACHE_ENTRIES``, default 64; ``CONV_GLUON_WEIGHT_CACHE_MB``, default 512):
-  least recently used first out; entries of freed weights and older versions are dropped on insertion;
-- is bypassed for inference tensors (no version counter) and while a CUDA graph is being captured (the copy
-  is then part of the graph, so a replay never reads a stale one).
-
-Writes that bypass the version counter (``tensor.data``, other libraries) are not seen, as for autograd.
+same way, in conv-core's :class:`~conv_core.weight_cache.DerivedWeightCache` (keyed by the form made and the
+weight's version, so never stale; bypassed while a CUDA graph is captured), bounded by
+``CONV_GLUON_WEIGHT_CACHE_ENTRIES`` (default 64) and ``CONV_GLUON_WEIGHT_CACHE_MB`` (default 512).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import threading
-from collections import OrderedDict
-from collections.abc import Callable
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
+from conv_core.weight_cache import DerivedWeightCache
 
 from .plan import TMA_ALIGN, WeightMatrix
 
@@ -81,79 +69,21 @@ def _tap_strides(filter_size, c: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-class PackCache:
-    """A bounded LRU of padded weight copies, keyed on the weight tensor's identity and version."""
-
-    def __init__(self, max_entries: int = 64, max_bytes: int = 512 << 20) -> None:
-        self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._entries: OrderedDict[tuple, tuple[StorageWeakRef, torch.Tensor]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
-
-    @staticmethod
-    def key(w: torch.Tensor, form) -> tuple:
-        """``form``: what was made of the weight (hashable: the padding, or a phase's taps and padding)."""
-        return (w.device.type, w.device.index, w.data_ptr(), tuple(w.shape), tuple(w.stride()), w.dtype, form,
-                w._version)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def nbytes(self) -> int:
-        return self._bytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-
-    def get(self, w: torch.Tensor, form, make: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """The copy ``form`` of ``w``: the cached one, or ``make()``'s (then cached)."""
-        if w.is_inference() or (w.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            return make()
-        key, ref = self.key(w, form), StorageWeakRef(w.untyped_storage())
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and not entry[0].expired() and entry[0] == ref:
-                self._entries.move_to_end(key)
-                self.hits += 1
-                return entry[1]
-        value = make()
-        size = value.numel() * value.element_size()
-        with self._lock:
-            self.misses += 1
-            # Entries of freed weights, and older versions of this form (a version never comes back).
-            for stale in [k for k, (r, _) in self._entries.items() if r.expired() or k[:-1] == key[:-1]]:
-                self._bytes -= self._drop(stale)
-            if size <= self.max_bytes:
-                self._entries[key] = (ref, value)
-                self._bytes += size
-            while self._entries and (len(self._entries) > self.max_entries or self._bytes > self.max_bytes):
-                self._bytes -= self._drop(next(iter(self._entries)))
-        return value
-
-    def _drop(self, key: tuple) -> int:
-        _, value = self._entries.pop(key)
-        return value.numel() * value.element_size()
-
-
 #: The process's cache.
-PACK_CACHE = PackCache(int(os.environ.get("CONV_GLUON_WEIGHT_CACHE_ENTRIES", 64)),
-                       int(os.environ.get("CONV_GLUON_WEIGHT_CACHE_MB", 512)) << 20)
+PACK_CACHE = DerivedWeightCache(int(os.environ.get("CONV_GLUON_WEIGHT_CACHE_ENTRIES", 64)),
+                                int(os.environ.get("CONV_GLUON_WEIGHT_CACHE_MB", 512)) << 20)
 
 
-def weight_matrix(w: torch.Tensor, spec: WeightMatrix, cache: PackCache = PACK_CACHE) -> torch.Tensor:
+def weight_matrix(w: torch.Tensor, spec: WeightMatrix, cache: DerivedWeightCache = PACK_CACHE) -> torch.Tensor:
     """What the forward kernel's weight descriptor is built on: the weight itself, or its cached padded copy."""
     view = as_matrix(w, spec)
     if view is not None:
         return view
-    return cache.get(w, ("fwd", spec.c_pad), lambda: pack(w, spec.c_pad))
+    return cache.get(w, lambda: pack(w, spec.c_pad), form=("fwd", spec.c_pad))
 
 
 def phase_matrix(w: torch.Tensor, groups: int, taps_h: tuple[int, ...], taps_w: tuple[int, ...], k_pad: int,
-                 cache: PackCache = PACK_CACHE) -> torch.Tensor:
+                 cache: DerivedWeightCache = PACK_CACHE) -> torch.Tensor:
     """A data-gradient phase's weight matrix (:func:`pack_transposed`), cached."""
-    return cache.get(w, ("bwd_data", groups, taps_h, taps_w, k_pad),
-                     lambda: pack_transposed(w, groups, taps_h, taps_w, k_pad))
+    return cache.get(w, lambda: pack_transposed(w, groups, taps_h, taps_w, k_pad),
+                     form=("bwd_data", groups, taps_h, taps_w, k_pad))

@@ -10,11 +10,10 @@ the matrices, the error analysis and the performance model in ``docs/winograd.md
   :data:`WEIGHT_CACHE` misses), the input transform, the 36 GEMMs, the output transform with the
   epilogue. The workspace is ``V`` (36 x tiles x C, input dtype) then ``M`` (36 x tiles x K,
   :func:`~conv_rdna.kernels.winograd.m_dtype`), carved from one float32 buffer.
-- :class:`WeightTransformCache`: the transformed weight ``U`` (36 x C x K in the input dtype, 4x the
-  weight) is computed once per weight and kept in a bounded LRU keyed by device, data pointer, shape,
-  strides, dtype and the tensor's ``_version`` (bumped by every in-place update), and checked against a
-  weak reference to the weight's storage (a new tensor that reuses a freed one's address and version is
-  not a hit). Under CUDA-graph capture the transform is always recomputed inside the graph.
+- :data:`WEIGHT_CACHE`: the transformed weight ``U`` (36 x C x K in the input dtype, 4x the weight) is
+  computed once per weight and version and kept in conv-core's
+  :class:`~conv_core.weight_cache.DerivedWeightCache` (never stale after an in-place update; recomputed
+  inside a CUDA graph being captured).
 - :func:`estimate_us`: the roofline of the Winograd algorithm: ``2 * 36 * tiles * C * K`` GEMM flops at
   the table's compute efficiency, the transforms' memory traffic at its memory efficiency.
 - :data:`ERROR_FACTOR`: the measured error factor per dtype (tests/test_winograd.py measures it).
@@ -27,14 +26,12 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-from collections import OrderedDict
 
 import torch
 from conv_core.arch import spec
 from conv_core.estimate import roofline_us
 from conv_core.problem import ConvProblem, element_size, torch_dtype
-from torch.multiprocessing.reductions import StorageWeakRef
+from conv_core.weight_cache import DerivedWeightCache
 
 from . import configs, plan
 from .kernels import winograd as kernels
@@ -162,75 +159,10 @@ def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
 # ---- the transformed-weight cache ------------------------------------------------------------------------
 
 
-class WeightTransformCache:
-    """A bounded LRU of transformed weights ``U``, keyed on the weight tensor's identity and version.
-
-    A hit needs the same device, data pointer, shape, strides, dtype and ``_version`` (every in-place
-    operation on the tensor or a view of it bumps the version) *and* the same, still living storage
-    (checked through a weak reference, so a new tensor allocated where a freed one was, with the same
-    version, is a miss). Not tracked, as for autograd: writes through ``tensor.data`` or from outside
-    PyTorch. Inference tensors have no version counter and are never cached. Entries whose weight has
-    been freed, and older versions of a weight, are dropped at the next insertion; beyond
-    ``max_entries`` or ``max_bytes`` the least recently used go.
-    """
-
-    def __init__(self, max_entries: int = 64, max_bytes: int = 1 << 30) -> None:
-        self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._entries: OrderedDict[tuple, tuple[StorageWeakRef, torch.Tensor]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
-
-    @staticmethod
-    def key(w: torch.Tensor) -> tuple:
-        return (w.device.type, w.device.index, w.data_ptr(), tuple(w.shape), tuple(w.stride()), w.dtype, w._version)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def nbytes(self) -> int:
-        return self._bytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-
-    def get(self, w: torch.Tensor, make) -> torch.Tensor:
-        """``U`` of weight ``w``: the cached one, or ``make()``'s (then cached)."""
-        if w.is_inference():
-            return make()
-        key, ref = self.key(w), StorageWeakRef(w.untyped_storage())
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and not entry[0].expired() and entry[0] == ref:
-                self._entries.move_to_end(key)
-                self.hits += 1
-                return entry[1]
-        value = make()
-        size = value.numel() * value.element_size()
-        with self._lock:
-            self.misses += 1
-            # Dead weights, and older versions of this one (a version never comes back).
-            for stale in [k for k, (r, _) in self._entries.items() if r.expired() or k[:-1] == key[:-1]]:
-                self._bytes -= self._drop(stale)
-            if size <= self.max_bytes:
-                self._entries[key] = (ref, value)
-                self._bytes += size
-            while self._entries and (len(self._entries) > self.max_entries or self._bytes > self.max_bytes):
-                self._bytes -= self._drop(next(iter(self._entries)))
-        return value
-
-    def _drop(self, key) -> int:
-        _, value = self._entries.pop(key)
-        return value.numel() * value.element_size()
-
-
 #: The process's cache: ``CONV_RDNA_WINOGRAD_CACHE_ENTRIES`` (default 64) transformed weights of at most
 #: ``CONV_RDNA_WINOGRAD_CACHE_MB`` (default 1024) MiB together.
-WEIGHT_CACHE = WeightTransformCache(int(os.environ.get("CONV_RDNA_WINOGRAD_CACHE_ENTRIES", 64)),
-                                    int(os.environ.get("CONV_RDNA_WINOGRAD_CACHE_MB", 1024)) << 20)
+WEIGHT_CACHE = DerivedWeightCache(int(os.environ.get("CONV_RDNA_WINOGRAD_CACHE_ENTRIES", 64)),
+                                  int(os.environ.get("CONV_RDNA_WINOGRAD_CACHE_MB", 1024)) << 20)
 
 
 # ---- running --------------------------------------------------------------------------------------------
@@ -260,10 +192,6 @@ def transform_weight(problem: ConvProblem, p: plan.Plan, w: torch.Tensor) -> tor
     return u
 
 
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
         out: torch.Tensor | None = None) -> torch.Tensor:
     """Compute ``problem`` (forward) on ``x = a``, ``w = b`` (and ``bias``) into ``out`` or a new tensor."""
@@ -274,8 +202,7 @@ def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bi
         out.copy_(run(problem, p, a, b, bias))
         return out
     a = a if _planned(a, layout) else _dense_copy(a, layout)
-    make = lambda: transform_weight(problem, p, b)  # noqa: E731
-    u = make() if _capturing(b.device) else WEIGHT_CACHE.get(b, make)
+    u = WEIGHT_CACHE.get(b, lambda: transform_weight(problem, p, b))
     result = problem.empty_result(a.device) if out is None else out
     v_words, _ = workspace_parts(problem)
     workspace = torch.empty(p.workspace_elements, dtype=torch.float32, device=a.device)
