@@ -24,7 +24,7 @@ and ``x[BLOCK_K, BLOCK_N]`` (zero in the padding).
 import triton
 import triton.language as tl
 
-from .common import cast_for_store, mma
+from .common import cast_for_store, mma, weight_grad_tile
 
 
 @triton.jit
@@ -40,18 +40,7 @@ def conv_bwd_weight_partial(
 ):
     g = tl.program_id(1)
     split = tl.program_id(2)
-    m_tiles = tl.cdiv(K_G, BLOCK_M)
-    n_tiles = tl.cdiv(C_G, BLOCK_N)
-    pid_m = tl.program_id(0) % m_tiles
-    pid_n = (tl.program_id(0) // m_tiles) % n_tiles
-    tap = tl.program_id(0) // (m_tiles * n_tiles)
-    r = tap // S
-    s = tap % S
-
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output channels of the group
-    m_ok = offs_m < K_G
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # input channels of the group
-    n_ok = offs_n < C_G
+    r, s, offs_m, m_ok, offs_n, n_ok = weight_grad_tile(K_G, C_G, S, BLOCK_M, BLOCK_N)  # channels of the group
     offs_k = tl.arange(0, BLOCK_K)
 
     dy_rows = dy_ptr + (g * K_G + offs_m) * sdyc  # [BLOCK_M]

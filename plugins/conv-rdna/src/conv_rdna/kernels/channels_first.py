@@ -30,7 +30,7 @@ tile into its own workspace slice; ``bwd_weight.reduce_splits`` sums the slices 
 import triton
 import triton.language as tl
 
-from .common import activation, cast_for_store, mma, swizzle
+from .common import add_bias_and_activate, cast_for_store, mma, swizzle, weight_grad_tile
 
 
 @triton.jit
@@ -91,9 +91,7 @@ def conv_fwd_cf(
         acc = mma(a, b, acc, INTERPRET)
         a, b = a_next, b_next
 
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + g * K_G + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    acc = activation(acc, ACTIVATION)
+    acc = add_bias_and_activate(acc, bias_ptr + g * K_G, offs_n, n_ok, HAS_BIAS, ACTIVATION)
     y = y_ptr + n * syn + (offs_m * syw)[:, None] + ((g * K_G + offs_n) * syc)[None, :]  # dense: p*syh = p*Q*syw
     tl.store(y, cast_for_store(acc, y_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])
 
@@ -129,18 +127,7 @@ def conv_bwd_weight_cf(
 ):
     g = tl.program_id(1)
     split = tl.program_id(2)
-    m_tiles = tl.cdiv(K_G, BLOCK_M)
-    n_tiles = tl.cdiv(C_G, BLOCK_N)
-    pid_m = tl.program_id(0) % m_tiles
-    pid_n = (tl.program_id(0) // m_tiles) % n_tiles
-    tap = tl.program_id(0) // (m_tiles * n_tiles)
-    r = tap // S
-    s = tap % S
-
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output channels of the group
-    m_ok = offs_m < K_G
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # input channels of the group
-    n_ok = offs_n < C_G
+    r, s, offs_m, m_ok, offs_n, n_ok = weight_grad_tile(K_G, C_G, S, BLOCK_M, BLOCK_N)  # channels of the group
 
     dy_rows = dy_ptr + (g * K_G + offs_m) * sdyc  # [BLOCK_M]
     x_cols = x_ptr + (g * C_G + offs_n) * sxc  # [BLOCK_N]

@@ -50,6 +50,31 @@ def cast_for_store(x, ptr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def add_bias_and_activate(acc, bias_ptr, offs_n, n_ok, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    """The forward epilogue's arithmetic on a ``[pixels, output channels]`` float32 tile: the bias of the
+    columns (``bias_ptr``: the group's first, ``offs_n``: the columns within the group), then the activation.
+    The store, with its one rounding, stays with the caller: computing the output offsets before this would
+    keep them live across it."""
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    return activation(acc, ACTIVATION)
+
+
+@triton.jit
+def weight_grad_tile(K_G, C_G, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The ``[output channels, input channels]`` tile of one tap that a weight-gradient program computes:
+    ``program_id(0)`` enumerates (tap, input-channel tile, output-channel tile), output-channel tiles fastest,
+    so that neighbouring programs gather the same input tile. Returns ``(r, s, offs_m, m_ok, offs_n, n_ok)``."""
+    m_tiles = tl.cdiv(K_G, BLOCK_M)
+    n_tiles = tl.cdiv(C_G, BLOCK_N)
+    pid = tl.program_id(0)
+    tap = pid // (m_tiles * n_tiles)
+    offs_m = (pid % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = ((pid // m_tiles) % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return tap // S, tap % S, offs_m, offs_m < K_G, offs_n, offs_n < C_G
+
+
+@triton.jit
 def swizzle(pid, num_m, num_n, GROUP_M: tl.constexpr):
     """Tile coordinates of program ``pid``, visiting ``GROUP_M`` row tiles per column sweep (L2 reuse)."""
     width = GROUP_M * num_n

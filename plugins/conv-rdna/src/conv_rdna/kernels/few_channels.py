@@ -63,7 +63,7 @@ the input (the kernel is offered for at most 8 output channels per group).
 import triton
 import triton.language as tl
 
-from .common import activation, cast_for_store, mma, swizzle
+from .common import activation, add_bias_and_activate, cast_for_store, mma, swizzle
 
 #: Offset that sends a row or reduction lane out of bounds (negative, so ``(unsigned) h < H`` fails).
 FAR = tl.constexpr(-(1 << 29))
@@ -132,9 +132,7 @@ def conv_fwd_few_cin(
         acc = mma(a, b, acc, INTERPRET)
 
     # Epilogue in float32: bias, activation, one rounding to the output dtype.
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + g * K_G + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    acc = activation(acc, ACTIVATION)
+    acc = add_bias_and_activate(acc, bias_ptr + g * K_G, offs_n, n_ok, HAS_BIAS, ACTIVATION)
     y = y_ptr + (n * syn + p * syh + q * syw)[:, None] + ((g * K_G + offs_n) * syc)[None, :]
     tl.store(y, cast_for_store(acc, y_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])
 

@@ -19,7 +19,7 @@ pointer increment. The bias / activation epilogue is the forward one (off for th
 import triton
 import triton.language as tl
 
-from .common import activation, cast_for_store, mma, swizzle
+from .common import add_bias_and_activate, cast_for_store, mma, swizzle
 
 
 @triton.jit
@@ -55,8 +55,6 @@ def conv_gemm1x1(
         a_tile += BLOCK_K * sac
         w_tile += BLOCK_K * sw_red
 
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + g * C_OUT + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    acc = activation(acc, ACTIVATION)
+    acc = add_bias_and_activate(acc, bias_ptr + g * C_OUT, offs_n, n_ok, HAS_BIAS, ACTIVATION)
     y = y_ptr + (n * syn + hw * syp)[:, None] + ((g * C_OUT + offs_n) * syc)[None, :]
     tl.store(y, cast_for_store(acc, y_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])

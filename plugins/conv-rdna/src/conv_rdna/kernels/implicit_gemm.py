@@ -21,7 +21,7 @@ place. 1D convolutions run as ``H = 1``.
 import triton
 import triton.language as tl
 
-from .common import activation, cast_for_store, mma, swizzle
+from .common import add_bias_and_activate, cast_for_store, mma, swizzle
 
 
 @triton.jit
@@ -72,8 +72,6 @@ def conv_fwd_implicit_gemm(
         acc = mma(a, b, acc, INTERPRET)
 
     # Epilogue in float32: bias, activation, one rounding to the output dtype.
-    if HAS_BIAS:
-        acc += tl.load(bias_ptr + g * K_G + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    acc = activation(acc, ACTIVATION)
+    acc = add_bias_and_activate(acc, bias_ptr + g * K_G, offs_n, n_ok, HAS_BIAS, ACTIVATION)
     y = y_ptr + (n * syn + p * syh + q * syw)[:, None] + ((g * K_G + offs_n) * syc)[None, :]
     tl.store(y, cast_for_store(acc, y_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])
