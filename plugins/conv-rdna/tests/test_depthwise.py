@@ -21,8 +21,9 @@ import pytest
 import torch
 from conv_core.candidate import Candidate
 from conv_core.problem import ConvProblem
-from conv_core.reference import compare, random_operands
+from conv_core.reference import random_operands
 from conv_rdna import candidates, configs, launch, plan
+from test_kernels import check as check_kernel
 
 DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
 LAYOUTS = ("channels_first", "channels_last")
@@ -48,13 +49,7 @@ def check(problem: ConvProblem, config: configs.StencilConfig | None = None, tab
     if config is None:
         big = math.prod(problem.filter_size) > 25
         config = (PIXELS_7X7 if big else PIXELS) if problem.direction != "bwd_weight" else (TAPS_7X7 if big else TAPS)
-    p = plan.make_plan(problem, kernel, config, tab or table())
-    operands = random_operands(problem, DEVICE, seed)
-    out = problem.empty_result(DEVICE).fill_(math.nan)
-    assert launch.run(problem, p, *operands, out=out) is out
-    result = compare(problem, out, operands)
-    assert result.ok, result.message
-    return p, operands, out
+    return check_kernel(problem, kernel, config, tab or table(), seed)
 
 
 def depthwise(c: int = 6, multiplier: int = 1, **fields) -> ConvProblem:

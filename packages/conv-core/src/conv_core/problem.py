@@ -392,14 +392,13 @@ def check_call_tensors(input: torch.Tensor, weight: torch.Tensor, bias: torch.Te
             raise ValueError(f"bias is on {bias.device} but input is on {input.device}")
 
 
-def _dense_strides(shape, order) -> list[int]:
-    """Strides of a dense tensor of ``shape`` whose dimensions are laid out in ``order`` (outermost first)."""
-    strides = [0] * len(shape)
-    step = 1
-    for dim in reversed(order):
+def dense_strides(shape, layout: str) -> tuple[int, ...]:
+    """Strides of a dense tensor of ``shape`` in ``layout``."""
+    strides, step = [0] * len(shape), 1
+    for dim in reversed(layout_order(len(shape), layout)):
         strides[dim] = step
         step *= shape[dim]
-    return strides
+    return tuple(strides)
 
 
 def layout_order(ndim_total: int, layout: str) -> tuple[int, ...]:
@@ -418,7 +417,7 @@ def is_dense_in(t: torch.Tensor, layout: str) -> bool:
         return t.is_contiguous()
     if t.dim() in _MEMORY_FORMAT:
         return t.is_contiguous(memory_format=_MEMORY_FORMAT[t.dim()])
-    expected = _dense_strides(t.shape, layout_order(t.dim(), layout))
+    expected = dense_strides(t.shape, layout)
     return all(size == 1 or s == e for size, s, e in zip(t.shape, t.stride(), expected))
 
 
@@ -449,5 +448,4 @@ def to_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
 
 def empty_strided_for(shape, dtype: torch.dtype, layout: str, device) -> torch.Tensor:
     """Uninitialised dense tensor of ``shape`` in ``layout``."""
-    return torch.empty_strided(shape, _dense_strides(shape, layout_order(len(shape), layout)), dtype=dtype,
-                               device=device)
+    return torch.empty_strided(shape, dense_strides(shape, layout), dtype=dtype, device=device)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from conv_core.problem import ConvProblem
+from conv_core.geometry import Geometry
 
 #: Widest copy of the gathering producer, in elements of a 16-bit dtype (16 bytes).
 MAX_VEC = 8
@@ -21,49 +21,6 @@ TMA_BOX_LIMIT = 256
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """The problem as a 2D convolution per group (1D problems: height 1, one filter row, no vertical
-    padding). ``pad`` is the top/left padding; the bottom/right padding only shapes ``p`` and ``q``."""
-
-    batch: int
-    groups: int
-    cin: int  # input channels per group
-    cout: int  # output channels per group
-    h: int
-    w: int
-    p: int
-    q: int
-    r: int
-    s: int
-    stride: tuple[int, int]
-    pad: tuple[int, int]
-    dil: tuple[int, int]
-
-    @classmethod
-    def of(cls, problem: ConvProblem) -> Geometry:
-        if problem.ndim not in (1, 2):
-            raise ValueError(f"{problem.ndim}D problems have no 2D geometry")
-
-        def two(values) -> tuple[int, int]:
-            return tuple(values) if len(values) == 2 else (1, *values)
-
-        g = problem.groups
-        pads = tuple(lo for lo, _ in problem.padding)
-        return cls(problem.batch, g, problem.in_channels // g, problem.out_channels // g,
-                   *two(problem.input_size), *two(problem.output_size), *two(problem.filter_size),
-                   two(problem.stride), pads if len(pads) == 2 else (0, pads[0]), two(problem.dilation))
-
-    @property
-    def taps(self) -> int:
-        return self.r * self.s
-
-    @property
-    def pixels(self) -> int:
-        """Output pixels of the batch: the GEMM's ``M``."""
-        return self.batch * self.p * self.q
 
 
 def vector_width(channels: int) -> int:

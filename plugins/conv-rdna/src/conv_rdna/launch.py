@@ -9,29 +9,17 @@ run neither synchronises with the host nor allocates differently from one run to
 from __future__ import annotations
 
 import torch
-from conv_core.problem import ConvProblem
+from conv_core.problem import ConvProblem, is_dense_in, to_layout
 
-from .plan import Plan, dense_strides
-
-
-def _planned(t: torch.Tensor, layout: str) -> bool:
-    """Whether ``t`` has the strides of the plan (dense in ``layout``; size-1 dimensions ignored)."""
-    expected = dense_strides(tuple(t.shape), layout)
-    return all(size == 1 or s == e for size, s, e in zip(t.shape, t.stride(), expected))
-
-
-def _dense_copy(t: torch.Tensor, layout: str) -> torch.Tensor:
-    copy = torch.empty_strided(tuple(t.shape), dense_strides(tuple(t.shape), layout), dtype=t.dtype, device=t.device)
-    return copy.copy_(t)
+from .plan import Plan
 
 
 def run(problem: ConvProblem, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
         out: torch.Tensor | None = None) -> torch.Tensor:
     """Compute ``problem`` on operands ``a``, ``b`` (and ``bias``) into ``out`` or a new tensor."""
     layout = problem.layout
-    a = a if _planned(a, layout) else _dense_copy(a, layout)
-    b = b if _planned(b, layout) else _dense_copy(b, layout)
-    if out is not None and not _planned(out, layout):
+    a, b = to_layout(a, layout), to_layout(b, layout)
+    if out is not None and not is_dense_in(out, layout):
         out.copy_(run(problem, plan, a, b, bias))
         return out
     result = problem.empty_result(a.device) if out is None else out

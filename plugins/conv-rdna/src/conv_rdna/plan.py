@@ -18,7 +18,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from conv_core.problem import ConvProblem, layout_order
+from conv_core.geometry import Geometry
+from conv_core.problem import ConvProblem, dense_strides
 
 from .configs import ArchTable, TileConfig, depthwise_split_count, split_count
 from .kernels.bwd_data import conv_bwd_data_phased
@@ -111,49 +112,10 @@ class Plan:
 # ---- geometry --------------------------------------------------------------------------------------
 
 
-def dense_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
-    """Strides of a dense tensor of ``shape`` in ``layout``."""
-    strides, step = [0] * len(shape), 1
-    for dim in reversed(layout_order(len(shape), layout)):
-        strides[dim] = step
-        step *= shape[dim]
-    return tuple(strides)
-
-
 def strides_nchw(shape: tuple[int, ...], layout: str) -> tuple[int, int, int, int]:
     """(batch, channel, height, width) strides of a dense 3D or 4D tensor; 1D has height stride 0."""
     s = dense_strides(shape, layout)
     return s if len(s) == 4 else (s[0], s[1], 0, s[2])
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """The problem as a 2D convolution, per group."""
-
-    batch: int
-    groups: int
-    cin: int
-    cout: int
-    h: int
-    w: int
-    p: int
-    q: int
-    r: int
-    s: int
-    stride: tuple[int, int]
-    pad: tuple[int, int]
-    dil: tuple[int, int]
-
-    @classmethod
-    def of(cls, problem: ConvProblem) -> Geometry:
-        def two(values):  # 1D: a height of 1 with unit stride/dilation and no padding
-            return tuple(values) if len(values) == 2 else (1, *values)
-
-        pads = [lo for lo, _ in problem.padding]
-        g = problem.groups
-        return cls(problem.batch, g, problem.in_channels // g, problem.out_channels // g,
-                   *two(problem.input_size), *two(problem.output_size), *two(problem.filter_size),
-                   two(problem.stride), tuple(pads) if len(pads) == 2 else (0, pads[0]), two(problem.dilation))
 
 
 def int32_issue(problem: ConvProblem) -> str | None:

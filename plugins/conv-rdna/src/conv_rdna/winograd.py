@@ -30,7 +30,7 @@ import os
 import torch
 from conv_core.arch import spec
 from conv_core.estimate import roofline_us
-from conv_core.problem import ConvProblem, element_size, torch_dtype
+from conv_core.problem import ConvProblem, element_size, is_dense_in, to_layout, torch_dtype
 from conv_core.weight_cache import DerivedWeightCache
 
 from . import configs, plan
@@ -184,9 +184,7 @@ def _launch(launches, tensors: dict[str, torch.Tensor], device: torch.device) ->
 
 def transform_weight(problem: ConvProblem, p: plan.Plan, w: torch.Tensor) -> torch.Tensor:
     """``U`` (36 x C x K, input dtype, flat) of weight ``w``, computed now."""
-    from .launch import _dense_copy, _planned
-
-    w = w if _planned(w, problem.layout) else _dense_copy(w, problem.layout)
+    w = to_layout(w, problem.layout)
     u = torch.empty(POINTS2 * problem.in_channels * problem.out_channels, dtype=w.dtype, device=w.device)
     _launch(p.launches[:1], {"b": w, "u": u}, w.device)
     return u
@@ -195,13 +193,11 @@ def transform_weight(problem: ConvProblem, p: plan.Plan, w: torch.Tensor) -> tor
 def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
         out: torch.Tensor | None = None) -> torch.Tensor:
     """Compute ``problem`` (forward) on ``x = a``, ``w = b`` (and ``bias``) into ``out`` or a new tensor."""
-    from .launch import _dense_copy, _planned
-
     layout = problem.layout
-    if out is not None and not _planned(out, layout):
+    if out is not None and not is_dense_in(out, layout):
         out.copy_(run(problem, p, a, b, bias))
         return out
-    a = a if _planned(a, layout) else _dense_copy(a, layout)
+    a = to_layout(a, layout)
     u = WEIGHT_CACHE.get(b, lambda: transform_weight(problem, p, b))
     result = problem.empty_result(a.device) if out is None else out
     v_words, _ = workspace_parts(problem)
