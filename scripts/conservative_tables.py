@@ -11,6 +11,9 @@ Entries the sweep of a plugin measured (``--sweep``: ``python -m conv_rdna.sweep
 configuration gated against the reference) are added for kernel ids the tables lack, so a layer
 whose winning configuration changed after the tune still ranks on a measured time.
 
+Kernel ids the bench timed but the tables lack (a family added after the tune) are added from the
+bench too, with its time: a new kernel then ranks on a measurement, never on its estimate alone.
+
 Usage: python3 scripts/conservative_tables.py [--sweep SWEEP.json] TABLES_DIR OUT_DIR BENCH.json...
 """
 
@@ -38,7 +41,7 @@ def sweep_entries(path: str, backend: str, device: str, version: str) -> list[En
     """Table entries from a sweep's gated timings (kernel id from the kernel and configuration name)."""
     data = json.loads(Path(path).read_text())
     return [Entry(device, data["arch"], f"{row['layer']} {data['arch']}",
-                  f"{backend}:{row['kernel']}:{row['config_name']}",
+                  f"{backend}:{row['kernel']}:{row['config']}",
                   version, row["us"]) for row in data["results"] if row["us"] is not None]
 
 
@@ -57,11 +60,16 @@ def main(argv=None) -> int:
                 keep = min if e.kernel.startswith("aten:") else max
                 e = replace(e, us=keep(e.us, other))
             entries.append(e)
-        if sweep and not path.name.startswith("aten_"):
+        if not path.name.startswith("aten_"):
             backend, template = path.name.split("_", 1)[0], entries[0]
             known = {(e.problem, e.kernel) for e in entries}
-            entries += [e for e in sweep_entries(sweep, backend, template.device, template.backend_version)
-                        if (e.problem, e.kernel) not in known]
+            entries += [replace(template, problem=problem, kernel=kernel, us=us)
+                        for (problem, kernel), us in sorted(again.items())
+                        if kernel.startswith(backend + ":") and (problem, kernel) not in known]
+            known = {(e.problem, e.kernel) for e in entries}
+            if sweep:
+                entries += [e for e in sweep_entries(sweep, backend, template.device, template.backend_version)
+                            if (e.problem, e.kernel) not in known]
         write_entries(Path(out) / path.name, entries)
         print(f"{path.name}: {len(entries)} entries")
     return 0

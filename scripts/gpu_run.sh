@@ -8,7 +8,12 @@
 #                target report; raw files packed into OUT_DIR/bench_NAME.tgz (the device returns few files)
 #   tune:NAME  : `conv-core tune` over the same suites, split into the tables NAME and aten ship,
 #                installed into the packages for the stages after it (OUT_DIR/tune_NAME.tgz)
-# bench and tune load only aten and backend NAME (CONV_CORE_PLUGINS); REPS sets their repetitions (30).
+#   sweep:NAME : `python -m conv_NAME.sweep run $SWEEP_ARGS_NAME` (the offline configuration sweep), merged into the
+#                package's data/swept/<arch>.json for the stages after it (OUT_DIR/sweep_NAME.json)
+#   gluon      : scripts/gpu_gluon.py's stages ($GLUON_ARGS) into OUT_DIR/gluon
+#   pytest:PATH : CUDA pytest of one test file (CONV_RDNA_TEST_DEVICE=cuda), -k $PYTEST_K if set
+# bench and tune load only aten and backend NAME (CONV_CORE_PLUGINS); REPS sets their repetitions (30);
+# BENCH_SUITES, BENCH_DIRECTIONS and BENCH_LAYOUTS narrow bench (default: all three suites, directions, layouts).
 set -uo pipefail
 out=${1:?output folder}; shift
 mkdir -p "$out"
@@ -40,9 +45,9 @@ for stage in "$@"; do
     bench:*)
       name=${stage#bench:}
       work=$(mktemp -d)
-      for spec in resnet50:32 sd_vae_decoder:1 retinanet_head:2; do
-        for direction in fwd bwd_data bwd_weight; do
-          for layout in nhwc nchw; do
+      for spec in ${BENCH_SUITES:-resnet50:32 sd_vae_decoder:1 retinanet_head:2}; do
+        for direction in ${BENCH_DIRECTIONS:-fwd bwd_data bwd_weight}; do
+          for layout in ${BENCH_LAYOUTS:-nhwc nchw}; do
             tag=${spec%%:*}_${direction}_${layout}
             CONV_CORE_PLUGINS=$name CONV_CORE_TUNING_DB=$work/empty.json conv-core bench --suite "${spec%%:*}" --batch "${spec##*:}" \
               --dtype bf16 --layout $layout --direction $direction --reps "${REPS:-30}" --json "$work/$tag.json" \
@@ -74,6 +79,19 @@ for stage in "$@"; do
       cp "$work"/tables/aten_*.json packages/conv-core/src/conv_core/data/tables/
       cp "$work"/tables/"${name}"_*.json "plugins/conv-$name/src/conv_$name/data/tables/"
       tar czf "$out/tune_$name.tgz" -C "$work" .
+      ;;
+    sweep:*)
+      name=${stage#sweep:}
+      args_var=SWEEP_ARGS_$name
+      python3 -m "conv_$name.sweep" run --out "$out/sweep_$name.json" ${!args_var:-} 2>&1 | tail -40 || status=1
+      python3 -m "conv_$name.sweep" merge "$out/sweep_$name.json" || status=1
+      ;;
+    gluon)
+      python3 scripts/gpu_gluon.py "$out/gluon" ${GLUON_ARGS:-} 2>&1 | tail -60 || status=1
+      ;;
+    pytest:*)
+      CONV_RDNA_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider "${stage#pytest:}" ${PYTEST_K:+-k "$PYTEST_K"} \
+        2>&1 | tail -30 | tee -a "$out/pytest.txt" || status=1
       ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac

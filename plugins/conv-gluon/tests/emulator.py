@@ -1,5 +1,6 @@
-"""A CPU replay of ``kernels/fwd.py`` driven by a :class:`~conv_gluon.plan.Plan`: the same scalars, tile
-order, masks, TMA bounds and weight matrix, in float64 with torch.
+"""A CPU replay of ``kernels/fwd.py`` driven by a :class:`~conv_gluon.plan.Plan`, and of
+``kernels/bwd_weight.py`` driven by a :class:`~conv_gluon.plan.WeightGradPlan`: the same scalars, tile (unit)
+order, split ranges, masks, TMA bounds and weight matrix, in float64 with torch.
 
 Gluon kernels do not run on the CPU (not even interpreted), so this is how the CPU suite checks the host side
 (every argument :func:`conv_gluon.plan.make_plan` computes, the padded weight of :mod:`conv_gluon.weights`)
@@ -15,8 +16,9 @@ from conv_core import activations
 from conv_core.weight_cache import DerivedWeightCache
 from conv_gluon import tiling, weights
 from conv_gluon.kernels.codes import A_MODES, ACTIVATIONS
-from conv_core.problem import torch_dtype
-from conv_gluon.plan import DataGradPlan, Plan
+from conv_core.problem import element_size, torch_dtype
+from conv_gluon.launch import dy_matrix
+from conv_gluon.plan import DataGradPlan, Plan, WeightGradPlan
 
 ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
 
@@ -160,3 +162,114 @@ def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor 
         assert bool((offs[mask] < y.numel()).all()), "a store beyond the output"
         assert bool(torch.isnan(y[offs[mask]]).all()), "an element written twice"
         y[offs[mask]] = out[mask]
+
+
+# ---- the weight gradient -----------------------------------------------------------------------------------
+
+
+def run_bwd_weight(wplan: WeightGradPlan, problem, x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """What ``launch.run_bwd_weight`` would produce: every unit replayed in the kernel's order into its split's
+    float32 slice (or, with one split, into ``dW`` itself), then the slices summed in split order. NaN marks an
+    element never written; an element written twice fails."""
+    s = dict(wplan.scalars)
+    size = wplan.splits * wplan.partial_numel if wplan.split else wplan.numel
+    target = torch.full((size,), float("nan"), dtype=torch.float64)
+    xf = _flat_nhwc(x).double()
+    dym = dy_matrix(wplan, dy).double()  # [J, dy_channels], as the launch hands it to the TMA
+    for unit in range(s["NUM_UNITS"]):
+        split, g, tap, pid_m, pid_n = tiling.unit_coords(unit, s["TILES_M"], s["TILES_N"], s["TAPS"], s["GROUPS"],
+                                                         dict(wplan.constexprs)["GROUP_M"])
+        acc = torch.zeros(wplan.config.block_m, wplan.config.block_n, dtype=torch.float64)
+        for step in tiling.split_range(split, s["STEPS"], s["SPLIT_STEPS"]):
+            a, b = _weight_grad_tiles(wplan, xf, dym, g, tap, pid_m, pid_n, step)
+            acc += a.T @ b
+        _store_partial(wplan, target, acc, split, g, tap, pid_m, pid_n)
+    out = _sum_splits(wplan, target) if wplan.split else target
+    k, c = problem.weight_shape[:2]
+    return out.view(k, *problem.filter_size, c).movedim(-1, 1).to(torch_dtype(problem.result_dtype))
+
+
+def _sum_splits(wplan: WeightGradPlan, ws: torch.Tensor) -> torch.Tensor:
+    """``kernels/bwd_weight.sum_splits``: each dW element from its padded place in every slice, in split order."""
+    a = wplan.sum_scalars
+    e = torch.arange(a["NUMEL"])
+    row = e // a["C_G"]
+    src = row * a["C_PAD"] + (e - row * a["C_G"])
+    out = ws[src].clone()
+    for split in range(1, a["SPLITS"]):
+        out += ws[src + split * a["SPLIT_STRIDE"]]
+    return out
+
+
+def _tma_start_aligned(channel: int, dtype: str, what: str) -> None:
+    """A TMA box must start on a 16-byte boundary of its innermost dimension: the H100 raises an illegal
+    instruction otherwise (3 output channels per group did), which no CPU replay would notice by itself."""
+    assert channel * element_size(dtype) % 16 == 0, f"{what} box starts at channel {channel}: not 16-byte aligned"
+
+
+def _weight_grad_tiles(wplan: WeightGradPlan, xf, dym, g, tap, pid_m, pid_n, step):
+    """The ``dy`` tile ``[BLOCK_K, BLOCK_M]`` and the ``x`` tile ``[BLOCK_K, BLOCK_N]`` of one k-step, as the
+    producer brings them (TMA bounds, or the gather's masks)."""
+    s, c = dict(wplan.scalars), dict(wplan.constexprs)
+    bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
+    pix, m, n = torch.arange(bk), torch.arange(bm), torch.arange(bn)
+    r, t = divmod(tap, s["S"])
+    dh, dw = r * s["DIL_H"] - s["PAD_H"], t * s["DIL_W"] - s["PAD_W"]
+    dy_col = g * s["DY_GROUP"] + pid_m * bm + m
+    _tma_start_aligned(int(dy_col[0]), wplan.dtype, "dy")
+    if c["X_MODE"] == A_MODES["tma_box"]:
+        n_all, p_all, q_all, k_all = wplan.dy_map.shape
+        assert wplan.dy_map.block == (1, c["BOX_H"], c["BOX_W"], bm)
+        img, rest = divmod(step, s["TILES_IMG"])
+        tp, tq = divmod(rest, s["TILES_Q"])
+        p = tp * c["BOX_H"] + pix // c["BOX_W"]
+        q = tq * c["BOX_W"] + pix % c["BOX_W"]
+        rows_ok = (img < n_all) & (p < p_all) & (q < q_all)
+        j = (img * p_all + p) * q_all + q  # the box's pixels in dy's [J, K] rows
+        a = _bounded(dym, j, rows_ok, dy_col, dy_col < k_all)
+        nx, hx, wx, cx = wplan.x_map.shape
+        assert wplan.x_map.block == (1, c["BOX_H"], c["BOX_W"], bn)
+        h, w = p + dh, q + dw
+        ok = (img < nx) & (h >= 0) & (h < hx) & (w >= 0) & (w < wx)
+        chan = g * s["C_G"] + pid_n * bn + n  # TMA reads every channel within the tensor
+        _tma_start_aligned(int(chan[0]), wplan.dtype, "x")
+        pixel = torch.where(ok, (img * hx + h) * wx + w, 0)
+        b = _bounded(xf.view(-1, cx), pixel, ok, chan, chan < cx)
+        return a, b
+    j = step * bk + pix
+    rows_ok = j < s["J"]
+    a = _bounded(dym, j, rows_ok & (j < wplan.dy_map.shape[0]), dy_col, dy_col < wplan.dy_map.shape[1])
+    q = j % s["Q"]
+    p = (j // s["Q"]) % s["P"]
+    img = j // s["Q"] // s["P"]
+    h, w = p * s["STRIDE_H"] + dh, q * s["STRIDE_W"] + dw
+    ok = rows_ok & (h >= 0) & (h < s["H"]) & (w >= 0) & (w < s["W"])
+    base = torch.where(ok, img * s["sx_n"] + g * s["C_G"] + h * s["sx_h"] + w * s["sx_w"], 0)
+    ch = pid_n * bn + n
+    cmask = torch.ones_like(ch, dtype=torch.bool) if c["EVEN_C"] else (ch // c["VEC"]) < (s["C_G"] // c["VEC"])
+    mask = ok[:, None] & cmask[None, :]
+    offs = base[:, None] + ch[None, :]
+    assert bool((offs[mask] < xf.numel()).all()), "a gathered element beyond the input"
+    b = torch.where(mask, xf[offs.clamp(0, xf.numel() - 1)], 0.0)
+    return a, b
+
+
+def _bounded(matrix, rows, rows_ok, cols, cols_ok):
+    """``matrix[rows][:, cols]`` with zeros where a row or column is out of bounds (TMA's zero fill)."""
+    r = rows.clamp(0, matrix.shape[0] - 1)
+    cl = cols.clamp(0, matrix.shape[1] - 1)
+    return torch.where(rows_ok[:, None] & cols_ok[None, :], matrix[r][:, cl], 0.0)
+
+
+def _store_partial(wplan: WeightGradPlan, target, acc, split, g, tap, pid_m, pid_n) -> None:
+    """The consumer's epilogue: the tile's real output channels, and its input channels up to the slice's
+    padded row (``dW`` itself: the real ones), into the split's slice."""
+    s, c = dict(wplan.scalars), dict(wplan.constexprs)
+    m0, n0 = pid_m * c["BLOCK_M"], pid_n * c["BLOCK_N"]
+    rows, cols = torch.arange(c["BLOCK_M"]), torch.arange(c["BLOCK_N"])
+    mask = (rows < s["K_G"] - m0)[:, None] & (cols < s["OUT_TAP"] - n0)[None, :]  # (the workspace: its padding too)
+    offs = (split * s["SPLIT_STRIDE"] + (g * s["K_G"] + m0) * s["OUT_ROW"] + tap * s["OUT_TAP"] + n0
+            + rows[:, None] * s["OUT_ROW"] + cols[None, :])
+    assert bool((offs[mask] < target.numel()).all()), "a store beyond the output"
+    assert bool(torch.isnan(target[offs[mask]]).all()), "an element written twice"
+    target[offs[mask]] = acc[mask]

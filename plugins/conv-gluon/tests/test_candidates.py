@@ -53,6 +53,16 @@ def test_backend_loads_through_its_entry_point():
     (problem(out_channels=36).with_direction("bwd_data"), ["bwd_data_gather"]),  # dy pixels of 72 bytes
     (problem(in_channels=3, filter_size=7, stride=2, padding=3).with_direction("bwd_data"),
      ["bwd_data_gather", "bwd_data_box"]),
+    (problem().with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box"]),
+    (problem(stride=2).with_direction("bwd_weight"), ["bwd_weight_gather"]),  # x boxes need stride 1
+    (problem(in_channels=3, filter_size=7, stride=2, padding=3).with_direction("bwd_weight"), ["bwd_weight_gather"]),
+    (problem(in_channels=36).with_direction("bwd_weight"), ["bwd_weight_gather"]),  # 72-byte x pixels
+    (problem(out_channels=36).with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box"]),  # dy padded
+    # 24 channels per group: a box reads into the next group, harmless here (they are M and N, not reduced)
+    (problem(in_channels=48, out_channels=48, groups=2).with_direction("bwd_weight"),
+     ["bwd_weight_gather", "bwd_weight_box"]),
+    (problem(input_size=(30,), filter_size=5, padding=2, dtype="float16").with_direction("bwd_weight"),
+     ["bwd_weight_gather", "bwd_weight_box"]),
 ])
 def test_kernels_offered(p, kernels):
     items = answer(p)
@@ -70,7 +80,12 @@ def test_kernels_offered(p, kernels):
     (problem(arch="sm_120"), CUDA, "compute capability 12.0"),
     (problem(arch="gfx942"), CUDA, "not an NVIDIA GPU"),
     (problem(input_size=(5, 5, 5)), CUDA, "3D convolutions"),
-    (problem().with_direction("bwd_weight"), CUDA, "bwd_weight is not implemented yet"),
+    (problem().with_direction("bwd_weight").replace(out_dtype="float32"), CUDA,
+     "output gradient dtype float32 differs"),
+    (problem(dtype="float32").with_direction("bwd_weight"), CUDA, "input dtype float32 is not supported"),
+    (problem(layout="channels_first").with_direction("bwd_weight"), CUDA, "layout channels_first"),
+    (problem(input_size=(5, 5, 5)).with_direction("bwd_weight"), CUDA, "3D convolutions"),
+    (problem(arch="sm_80").with_direction("bwd_weight"), CUDA, "below 9.0"),
     (problem(dtype="float32"), CUDA, "input dtype float32 is not supported"),
     (problem(dtype="float64"), CUDA, "input dtype float64"),
     (problem(weight_dtype="float16"), CUDA, "mixed operands"),
@@ -126,17 +141,46 @@ def test_missing_module_is_a_decline(monkeypatch):
         toolchain.gluon_issue.cache_clear()
 
 
+def tags(c: Candidate, *extra: str) -> set[str]:
+    """The tags ``c`` must have: its own ``extra`` ones, and ``experimental`` unless its family was swept."""
+    from conv_gluon import configs, plan
+
+    unmeasured = not configs.table("sm_90").is_measured(plan.KERNELS[c.kernel])
+    return {"deterministic", "cuda_graph_safe", *extra, *(["experimental"] if unmeasured else [])}
+
+
 def test_data_gradient_tags_and_workspace():
     """The phases read transposed, flipped copies of the weight: always a workspace, the weight's taps once."""
     p = problem(stride=2).with_direction("bwd_data")
     for c in answer(p):
-        assert c.tags == {"deterministic", "cuda_graph_safe", "experimental", "needs_workspace"}
+        assert c.tags == tags(c, "needs_workspace")
         assert c.workspace_bytes == 64 * 9 * 64 * 2  # every tap in exactly one phase; 64 output channels
 
 
+def test_weight_gradient_tags_and_workspace():
+    """Split problems need float32 partials (one per split, each tap's channels padded to 16); dy of 36
+    channels a padded copy; a small problem with whole 16-byte dy rows needs nothing."""
+    from conv_gluon import configs, plan
+
+    tab = configs.table("sm_90")
+    small = answer(problem(batch=1, input_size=(8, 8)).with_direction("bwd_weight"))
+    for c in small:
+        p = c.run.args[1]
+        assert not p.split and c.workspace_bytes == 0
+        assert c.tags == tags(c)
+    big = problem(batch=32, in_channels=40, out_channels=36, input_size=(56, 56)).with_direction("bwd_weight")
+    for c in answer(big):
+        p = c.run.args[1]
+        assert p.split and p.c_pad == 48 and p.dy_channels == 40
+        assert c.workspace_bytes == p.splits * 36 * 9 * 48 * 4 + 32 * 56 * 56 * 40 * 2
+        assert c.workspace_bytes <= tab.weight_grad.max_workspace_bytes + p.dy_copy_bytes
+        assert "needs_workspace" in c.tags and "deterministic" in c.tags and "atomics" not in c.tags
+        assert isinstance(p, plan.WeightGradPlan)
+
+
 def test_tags():
-    for c in answer(problem(in_channels=64)):  # unmeasured table: experimental; 64 channels: no padded copy
-        assert c.tags == {"deterministic", "cuda_graph_safe", "experimental"} and c.workspace_bytes == 0
+    for c in answer(problem(in_channels=64)):  # 64 channels: no padded copy
+        assert c.tags == tags(c) and c.workspace_bytes == 0
     padded = answer(problem(in_channels=40))  # 40 channels pad to 64 per tap: a cached weight copy
     for c in padded:
         assert "needs_workspace" in c.tags and c.workspace_bytes == 64 * 9 * 64 * 2
@@ -150,8 +194,23 @@ def test_ids_are_stable_and_name_the_configuration():
 
 def test_estimates_are_finite_and_above_the_roofline():
     for p in (problem(), problem(in_channels=3, filter_size=7, stride=2, padding=3), problem(batch=32)):
-        for c in answer(p):
-            assert max(roofline_us(p)) < c.estimate_us < float("inf")
+        for q in (p, p.with_direction("bwd_weight")):
+            for c in answer(q):
+                assert max(roofline_us(q)) < c.estimate_us < float("inf")
+
+
+def test_weight_gradient_estimate_charges_its_partials():
+    """A split per k-step (hundreds of float32 partials) is charged their round trip through memory: slower
+    than the table's choice of splits, which is itself above the roofline."""
+    from conv_gluon import configs, plan
+
+    tab = configs.table("sm_90")
+    p = problem(batch=2, in_channels=256, out_channels=256, input_size=(100, 100)).with_direction("bwd_weight")
+    config = configs.select(tab, "bwd_weight_gather", p)
+    split = plan.make_bwd_weight_plan(p, "bwd_weight_gather", config, tab)
+    assert split.split
+    more = plan.make_bwd_weight_plan(p, "bwd_weight_gather", config, tab, split_steps=1)
+    assert candidates.estimate(p, more, tab) > candidates.estimate(p, split, tab) > max(roofline_us(p))
 
 
 def test_estimates_charge_padding_lanes():
@@ -166,7 +225,7 @@ def test_experimental_only_while_the_table_is_unmeasured():
 
     from conv_gluon import configs, plan
 
-    tab = configs.table("sm_90")
-    p = plan.make_plan(problem(), "fwd_box", configs.select(tab, "fwd_box", problem()), tab)
-    assert "experimental" in candidates.tags(p, tab)
-    assert "experimental" not in candidates.tags(p, dataclasses.replace(tab, measured=True))
+    unmeasured = dataclasses.replace(configs.table("sm_90"), measured=False, layers={})
+    p = plan.make_plan(problem(), "fwd_box", configs.select(unmeasured, "fwd_box", problem()), unmeasured)
+    assert "experimental" in candidates.tags(p, unmeasured)
+    assert "experimental" not in candidates.tags(p, dataclasses.replace(unmeasured, measured=True))

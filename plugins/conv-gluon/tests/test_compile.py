@@ -5,7 +5,8 @@ The job list (:func:`conv_gluon.aot.jobs`) is computed here; the compiling happe
 runs and reports). Each job must issue ``wgmma`` asynchronously (one left in flight), redistribute registers
 with ``setmaxnreg``, spill nothing, use no local memory, stay within 227 KiB of shared memory and the tables'
 own bound, and load the weights (and, for boxes, the input) by TMA; gathering producers must use ``cp.async``
-with their ``noinc`` barrier arrivals.
+with their ``noinc`` barrier arrivals. The weight gradient's jobs the same, with ``dy`` by TMA and read
+transposed by the ``wgmma`` (``tnspA``); its second stage must compile without spills.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 
 import pytest
 from conv_core.arch import spec
-from conv_gluon import aot, configs, plan
+from conv_gluon import aot, configs, plan, sweep
 
 JOBS = aot.jobs()
 
@@ -48,11 +49,22 @@ def test_every_shipped_configuration_is_compiled_in_every_mode():
     tab = configs.table(aot.TARGET)
     for mode, (kernel, _) in aot.MODES.items():
         shipped = {c.name for c in tab.configs(plan.KERNELS[kernel])}
-        done = {job.config for job in JOBS if job.mode == mode and job.shape == "mid"}
-        assert shipped == done, mode
+        space = {c.name for c in sweep.space_configs(aot.TARGET, plan.KERNELS[kernel])}  # any may ship later
+        done = {job.config for job in JOBS if job.mode == mode and job.shape == aot.base_shape(mode)}
+        assert shipped | space == done, mode
     assert {job.dtype for job in JOBS} == {"bfloat16", "float16"}
-    box_shapes = {aot.job_plan(job)[1].x_map.block[1:3] for job in JOBS if job.mode == "tma_box"}
-    assert {bw for _, bw in box_shapes} == set(tab.box_widths)  # every box width the table allows
+    for mode in ("tma_box", "wgrad_box"):
+        box_shapes = {aot.job_plan(job)[1].x_map.block[1:3] for job in JOBS if job.mode == mode}
+        assert {bw for _, bw in box_shapes} == set(tab.box_widths), mode  # every box width the table allows
+
+
+def test_weight_gradient_jobs_cover_both_stores_and_the_second_stage():
+    plans = [aot.job_plan(job)[1] for job in JOBS if job.weight_grad and job.mode != aot.SUM_MODE]
+    assert any(p.split for p in plans) and any(not p.split for p in plans)
+    whole = [dict(p.constexprs)["STAGE_OUT"] for p in plans if not p.split]
+    assert any(whole) and not all(whole)  # 16-bit dW stored from registers and staged
+    assert {p.x_mode for p in plans} == {"cp_async", "registers", "tma_box"}
+    assert {job.dtype for job in JOBS if job.mode == aot.SUM_MODE} == {"bfloat16", "float16"}
 
 
 def test_the_shared_memory_limit_is_the_architectures(compiled):
@@ -62,6 +74,8 @@ def test_the_shared_memory_limit_is_the_architectures(compiled):
 def test_wgmma_shapes_follow_the_tiles(compiled):
     """One warpgroup per 64 rows up to 128 columns, two side by side beyond (BLOCK_N 256: n128 each)."""
     for result in compiled.values():
+        if result.get("kind") == "sum":
+            continue
         config = aot.find_config(aot.MODES[result["job"]["mode"]][0], result["job"]["config"])
         n = config.block_n // (2 if config.block_n >= 256 and config.num_warps == 8 else 1)
         dtype = plan.TRITON_DTYPE[result["job"]["dtype"]].replace("fp", "f")
@@ -70,9 +84,10 @@ def test_wgmma_shapes_follow_the_tiles(compiled):
 
 def test_registers_are_moved_to_the_consumer(compiled):
     """The producer gives registers back (setmaxnreg.dec to its budget), the consumer takes more."""
-    tab = configs.table(aot.TARGET)
     for result in compiled.values():
-        producer = tab.producers[result["a_mode"]]
+        if result.get("kind") == "sum":
+            continue
+        producer = aot.producer_of(aot.Job(**result["job"]), result["a_mode"])
         values = {(kind, int(n)) for kind, n in result["setmaxnreg"]}
         assert ("inc", producer.regs) in values or ("dec", producer.regs) in values, result["id"]
         assert any(kind == "inc" and n > result["planned_maxnreg"] for kind, n in values), result["id"]
@@ -82,11 +97,19 @@ def test_problems_of_flags_what_it_should():
     """The checks themselves: a result with a spill, a synchronous wgmma or too much shared memory fails."""
     good = dict(ok=True, wgmma=["wgmma.mma_async"], sass_hgmma=["HGMMA.64x64x16.F32.BF16"], wgmma_wait=[0, 1],
                 sass_depbar_async=True, setmaxnreg=[("inc", "240")], sass_setmaxreg=2, maxnreg=168, threads=384,
+                sass_transposed_a=False,
                 planned_maxnreg=168, planned_threads=384, registers=168, spill_bytes=0, stack_bytes=0,
                 local_memory=0, sass_local=0, shared=1000, shared_limit=232448, shared_bound=2000, tma_2d=1,
                 tma_4d=0, cp_async=8, cp_async_arrive=1, a_mode="cp_async")
     assert aot.problems_of(good) == []
     for change in (dict(spill_bytes=8), dict(wgmma_wait=[0]), dict(sass_depbar_async=False), dict(setmaxnreg=[]),
                    dict(shared=300000), dict(shared=2500), dict(sass_local=1), dict(tma_2d=0), dict(cp_async=0),
-                   dict(maxnreg=255), dict(ok=False, error="x"), dict(a_mode="tma_box")):
+                   dict(maxnreg=255), dict(ok=False, error="x"), dict(a_mode="tma_box"), dict(kind="wgrad")):
         assert aot.problems_of({**good, **change}), change
+    wgrad = {**good, "kind": "wgrad", "sass_transposed_a": True}
+    assert aot.problems_of(wgrad) == []
+    assert aot.problems_of({**wgrad, "a_mode": "tma_box", "tma_2d": 0, "tma_4d": 2, "cp_async": 0}) == []
+    assert aot.problems_of({**wgrad, "tma_2d": 0}) == ["dy is not loaded by TMA"]
+    summed = dict(ok=True, kind="sum", spill_bytes=0, stack_bytes=0, local_memory=0, sass_local=0, shared=0,
+                  shared_limit=232448)
+    assert aot.problems_of(summed) == [] and aot.problems_of({**summed, "spill_bytes": 4})

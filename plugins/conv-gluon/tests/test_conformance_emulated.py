@@ -1,11 +1,12 @@
-"""conv-core's conformance problems (edge cases and seeded random ones; forward and data gradient, bf16 and
-fp16, NHWC) through every candidate the backend offers for them on an H100, each run replayed by the CPU
+"""conv-core's conformance problems (edge cases and seeded random ones; all three directions, bf16 and fp16,
+NHWC) through every candidate the backend offers for them on an H100, each run replayed by the CPU
 emulator (``emulator.py``) and checked by the kit's own ``check_candidate``: poisoned ``out``, operands left
 untouched, the same bits twice, the float64 reference under the tolerance model.
 
-What this proves: the candidates' plans (every argument, the padded and transposed weights, the stride phases)
-compute the convolutions the kit asks for. What it cannot: the kernels' synchronisation and the hardware's
-behaviour, which ``scripts/gpu_gluon.py`` checks on the GPU (its ``kit`` stage runs this same kit compiled).
+What this proves: the candidates' plans (every argument, the padded and transposed weights, the stride phases,
+the weight gradient's units and splits) compute the convolutions the kit asks for. What it cannot: the kernels'
+synchronisation and the hardware's behaviour, which ``scripts/gpu_gluon.py`` checks on the GPU (its ``kit``
+stage runs this same kit compiled).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from conv_gluon import candidates, plan
 import emulator
 
 PROBLEMS = conformance_problems("sm_90", seed=0, random_count=12, dtypes=("bfloat16", "float16"),
-                                layouts=("channels_last",), directions=("fwd", "bwd_data"), max_macs=200_000)
+                                layouts=("channels_last",), directions=("fwd", "bwd_data", "bwd_weight"),
+                                max_macs=200_000)
 
 
 def emulated_run(problem, p, a, b, bias=None, *, out=None):
@@ -31,6 +33,8 @@ def emulated_run(problem, p, a, b, bias=None, *, out=None):
     problem's layout, ``out`` written and returned)."""
     if isinstance(p, plan.DataGradPlan):
         y = emulator.run_bwd_data(p, problem, a, b)
+    elif isinstance(p, plan.WeightGradPlan):
+        y = emulator.run_bwd_weight(p, problem, a, b)
     else:
         y = emulator.run(p, a, b, bias, problem.output_shape, torch_dtype(problem.result_dtype))
     y = y.movedim(1, -1).contiguous().movedim(-1, 1)  # dense channels-last
@@ -47,8 +51,8 @@ for _problem in PROBLEMS:
             CASES.append((_problem, _item))
 
 
-def test_the_kit_has_cases_in_both_directions_and_all_modes():
-    assert {p.direction for p, _ in CASES} == {"fwd", "bwd_data"}
+def test_the_kit_has_cases_in_every_direction_and_mode():
+    assert {p.direction for p, _ in CASES} == {"fwd", "bwd_data", "bwd_weight"}
     assert {c.kernel for _, c in CASES} == set(plan.KERNELS)
     modes = set()
     for _, c in CASES:

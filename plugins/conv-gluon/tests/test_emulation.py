@@ -8,6 +8,8 @@ channels than one tile, bias and every activation, a float32 output; each with e
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from conv_core.problem import ConvProblem, torch_dtype
@@ -140,3 +142,121 @@ def test_data_gradient_covers_zero_phases_and_every_mode():
     assert len(four.phases) == 4 and not four.zero_phases
     modes = {ph.plan.a_mode for p in plans.values() for ph in p.phases}
     assert modes == {"cp_async", "registers", "tma_box"}
+
+
+# ---- the weight gradient: per-tap GEMMs over the pixels, split, summed in split order --------------------------
+
+WGRAD_SHAPES = {
+    "c3-7x7-s2-stem": dict(batch=2, in_channels=3, out_channels=20, input_size=(15, 14), filter_size=7, stride=2,
+                           padding=3),
+    "c40-3x3-dil2": dict(batch=1, in_channels=40, out_channels=40, input_size=(12, 9), filter_size=3, dilation=2,
+                         padding=2, dtype="float16"),
+    "c200-1x1": dict(batch=2, in_channels=200, out_channels=72, input_size=(9, 10), filter_size=1),
+    "c200-3x3-s2-k300": dict(batch=1, in_channels=200, out_channels=300, input_size=(9, 9), filter_size=3, stride=2,
+                             padding=1),
+    "groups2": dict(batch=2, in_channels=48, out_channels=40, groups=2, input_size=(7, 9), filter_size=3, padding=1),
+    "groups4-c6-s2": dict(batch=1, in_channels=24, out_channels=8, groups=4, input_size=(9, 8), filter_size=3,
+                          stride=2, padding=1),
+    "k36-retina-bbox": dict(batch=2, in_channels=64, out_channels=36, input_size=(7, 7), filter_size=3, padding=1),
+    # 3 output channels per group: each group's dy channels padded to their own 16-byte run (the H100 raised an
+    # illegal instruction on a TMA box starting at channel 3)
+    "groups2-k3-per-group": dict(batch=2, in_channels=4, out_channels=6, groups=2, input_size=(8, 8), filter_size=3,
+                                 padding=1),
+    "groups2-c8-k6-per-group": dict(batch=2, in_channels=16, out_channels=12, groups=2, input_size=(8, 8),
+                                    filter_size=3, padding=1),
+    "conv1d-s3": dict(batch=2, in_channels=16, out_channels=24, input_size=(40,), filter_size=4, stride=3,
+                      padding=2),
+    "asym-pad": dict(batch=1, in_channels=8, out_channels=16, input_size=(11, 7), filter_size=(3, 2), stride=(2, 1),
+                     padding=((0, 2), (1, 0))),
+    "c5-odd-pixels": dict(batch=3, in_channels=5, out_channels=7, input_size=(7, 6), filter_size=3, padding=1),
+}
+
+
+#: Problems with several k-steps, for forced splits (the table keeps small problems in one split).
+SPLIT_SHAPES = {
+    "c3-7x7-s2-stem-760px": dict(batch=2, in_channels=3, out_channels=16, input_size=(40, 38), filter_size=7,
+                                 stride=2, padding=3),
+    "c40-dil2-800px": dict(batch=2, in_channels=40, out_channels=40, input_size=(20, 20), filter_size=3, dilation=2,
+                           padding=2),
+    "groups2-432px": dict(batch=3, in_channels=48, out_channels=40, groups=2, input_size=(12, 12), filter_size=3,
+                          padding=1, dtype="float16"),
+    "k36-392px": dict(batch=2, in_channels=64, out_channels=36, input_size=(14, 14), filter_size=3, padding=1),
+    "c200-k300-s2-288px": dict(batch=2, in_channels=200, out_channels=300, input_size=(24, 24), filter_size=3,
+                               stride=2, padding=1),
+    "conv1d-268px": dict(batch=2, in_channels=16, out_channels=24, input_size=(400,), filter_size=4, stride=3,
+                         padding=2),
+}
+
+
+def make_wgrad(name: str) -> ConvProblem:
+    fields = {"stride": 1, "padding": 0, "dilation": 1, "dtype": "bfloat16", "layout": "channels_last",
+              "arch": "sm_90", **{**WGRAD_SHAPES, **SPLIT_SHAPES}[name]}
+    return ConvProblem("fwd", **fields).with_direction("bwd_weight")
+
+
+def wgrad_plan(name: str, kernel: str, split_steps: int | None = None) -> plan.WeightGradPlan:
+    problem = make_wgrad(name)
+    return plan.make_bwd_weight_plan(problem, kernel, configs.select(TAB, plan.KERNELS[kernel], problem), TAB,
+                                     split_steps=split_steps)
+
+
+WGRAD_CASES = [(name, kernel) for name in WGRAD_SHAPES for kernel in candidates.kernels_for(make_wgrad(name), TAB)]
+
+
+def check_wgrad(name: str, p: plan.WeightGradPlan) -> None:
+    problem = make_wgrad(name)
+    operands = random_operands(problem, "cpu", seed=4)
+    out = emulator.run_bwd_weight(p, problem, *operands)
+    result = compare(problem, out, operands)
+    assert result.ok, f"{p.kernel} ({p.x_mode}, {p.config_name}, {p.splits} splits): {result.message}"
+
+
+@pytest.mark.parametrize("name, kernel", WGRAD_CASES, ids=[f"{n}-{k}" for n, k in WGRAD_CASES])
+def test_weight_gradient_computes_the_gradient(name, kernel):
+    check_wgrad(name, wgrad_plan(name, kernel))
+
+
+SPLIT_CASES = [(name, kernel, split_steps) for name in SPLIT_SHAPES
+               for kernel in candidates.kernels_for(make_wgrad(name), TAB) for split_steps in (2,)]
+
+
+@pytest.mark.parametrize("name, kernel, split_steps", SPLIT_CASES, ids=[f"{n}-{k}" for n, k, _ in SPLIT_CASES])
+def test_weight_gradient_split_into_partials(name, kernel, split_steps):
+    """Forced splits of two k-steps: float32 partials, the last split ragged where the k-steps are odd,
+    summed in split order."""
+    p = wgrad_plan(name, kernel, split_steps)
+    assert p.split and p.splits == -(-p.grid.steps // split_steps) >= 2
+    check_wgrad(name, p)
+
+
+def test_forced_splits_include_ragged_ones():
+    steps = [wgrad_plan(n, k, s).grid.steps for n, k, s in SPLIT_CASES]
+    assert any(st % 2 for st in steps) and any(st % 2 == 0 for st in steps)
+
+
+def test_the_table_splits_large_problems():
+    """A RetinaNet-head layer at batch 2 has 36 (group, tap, tile) units for 132 SMs: the table splits it."""
+    problem = ConvProblem("fwd", 2, 256, 256, (100, 100), 3, 1, 1, 1, dtype="bfloat16", layout="channels_last",
+                          arch="sm_90").with_direction("bwd_weight")
+    p = plan.make_bwd_weight_plan(problem, "bwd_weight_gather", configs.select(TAB, "bwd_weight_gather", problem),
+                                  TAB)
+    assert p.grid.base_units == 36 and p.splits > 1 and p.grid.num_units >= 100
+
+
+def test_weight_gradient_covers_every_mode_and_both_stores():
+    plans = [wgrad_plan(n, k) for n, k in WGRAD_CASES]
+    assert {p.x_mode for p in plans} == {"cp_async", "registers", "tma_box"}
+    assert any(dict(p.constexprs)["STAGE_OUT"] for p in plans)  # 16-bit dW staged through shared memory
+    assert any(p.dy_channels != p.out_channels for p in plans)  # dy padded to 16-byte rows (36 channels)
+    assert any(dict(p.constexprs)["BOX_H"] > 1 and dict(p.constexprs)["BOX_W"] > 1 for p in plans)
+
+
+def test_the_weight_gradient_emulator_catches_a_wrong_argument():
+    """One wrong scalar (the tap's dilation) must fail the comparison."""
+    good = wgrad_plan("c40-3x3-dil2", "bwd_weight_gather")
+    scalars = dict(good.scalars)
+    scalars["DIL_W"] = 1
+    bad = dataclasses.replace(good, scalars=tuple(scalars.items()))
+    problem = make_wgrad("c40-3x3-dil2")
+    operands = random_operands(problem, "cpu", seed=4)
+    assert not compare(problem, emulator.run_bwd_weight(bad, problem, *operands), operands).ok

@@ -88,7 +88,7 @@ def test_box_issue(fields, words):
 
 
 def test_unknown_kernel():
-    with pytest.raises(ValueError, match="unknown forward kernel"):
+    with pytest.raises(ValueError, match="unknown fwd kernel"):
         plan.make_plan(problem(), "bwd_weight_split", configs.select(TAB, "fwd_gather", problem()), TAB)
 
 
@@ -124,8 +124,8 @@ def test_epilogue_staging_follows_the_output():
     assert not dict(make(problem(out_channels=96), "fwd_gather").constexprs)["STAGE_OUT"]
     odd = make(problem(out_channels=36), "fwd_gather")  # RetinaNet's box regression: 36 channels
     assert dict(odd.constexprs)["STAGE_OUT"] and odd.staging_bytes > 0
-    wide = make(problem(out_channels=819), "fwd_box")  # RetinaNet's class logits, BLOCK_N 256
-    assert wide.config.block_n == 256 and dict(wide.constexprs)["STAGE_OUT"]
+    wide = make(problem(out_channels=819), "fwd_box")  # RetinaNet's class logits: a 256 x 128 tile, odd channels
+    assert wide.config.block_m * wide.config.block_n == 256 * 128 and dict(wide.constexprs)["STAGE_OUT"]
     assert wide.stages == dict(wide.constexprs)["STAGES"] <= wide.config.stages
     f32 = make(problem(out_channels=819, out_dtype="float32"), "fwd_box")
     assert not dict(f32.constexprs)["STAGE_OUT"] and f32.stages == f32.config.stages
@@ -155,5 +155,112 @@ def test_data_gradient_plan():
     assert sorted(ph.y_offset for ph in dplan.phases) == [0, c, w * c, w * c + c]
     assert sum(len(ph.taps_h) * len(ph.taps_w) for ph in dplan.phases) == 9  # each tap once
     assert dplan.workspace_bytes == sum(ph.plan.weight.numel for ph in dplan.phases) * 2
-    with pytest.raises(ValueError, match="unknown data-gradient kernel"):
+    with pytest.raises(ValueError, match="unknown bwd_data kernel"):
         plan.make_bwd_data_plan(p, "fwd_gather", configs.select(TAB, "fwd_gather", p), TAB)
+
+
+# ---- the weight gradient ---------------------------------------------------------------------------------------
+
+
+def wgrad(p: ConvProblem, kernel: str, **kw) -> plan.WeightGradPlan:
+    return plan.make_bwd_weight_plan(p, kernel, configs.select(TAB, plan.KERNELS[kernel], p), TAB, **kw)
+
+
+def test_weight_gradient_scalars_and_descriptors():
+    p = problem(batch=3, in_channels=32, out_channels=48, groups=2, input_size=(11, 9), filter_size=(3, 5),
+                stride=(2, 1), padding=((1, 0), (2, 2)), dilation=(1, 2)).with_direction("bwd_weight")
+    wp = wgrad(p, "bwd_weight_gather")
+    s, c = dict(wp.scalars), dict(wp.constexprs)
+    (oh, ow) = p.output_size
+    assert (s["J"], s["P"], s["Q"], s["H"], s["W"]) == (3 * oh * ow, oh, ow, 11, 9)
+    assert (s["C_G"], s["K_G"], s["S"], s["TAPS"], s["GROUPS"]) == (16, 24, 5, 15, 2)
+    assert (s["STRIDE_H"], s["STRIDE_W"], s["PAD_H"], s["PAD_W"], s["DIL_H"], s["DIL_W"]) == (2, 1, 1, 2, 1, 2)
+    assert (s["sx_n"], s["sx_h"], s["sx_w"]) == (11 * 9 * 32, 9 * 32, 32)
+    bm, bn, bk = wp.config.block_m, wp.config.block_n, wp.config.block_k
+    assert (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]) == (bm, bn, bk) and c["X_MODE"] == A_MODES["cp_async"]
+    assert s["STEPS"] == -(-3 * oh * ow // bk) and s["NUM_UNITS"] == wp.grid.num_units
+    assert s["NUM_UNITS"] == s["TILES_M"] * s["TILES_N"] * 2 * 15 * wp.splits
+    assert wp.dy_map == plan.TensorMap((3 * oh * ow, 48), (48, 1), (bk, bm)) and wp.x_map is None
+    assert (c["PRODUCER_WARPS"], c["PRODUCER_REGS"]) == (4, TAB.weight_grad.producers["cp_async"].regs)
+
+
+def test_weight_gradient_writes_dw_or_padded_partials():
+    """One split: the units store dW itself (rows of TAPS x C_G); several: float32 slices whose taps are padded
+    to 16 channels (vector stores), SPLIT_STRIDE apart."""
+    p = problem(in_channels=40, out_channels=24).with_direction("bwd_weight")
+    whole = wgrad(p, "bwd_weight_gather")
+    s = dict(whole.scalars)
+    assert whole.splits == 1 and (s["OUT_TAP"], s["OUT_ROW"]) == (40, 9 * 40) and whole.workspace_bytes == 0
+    assert dict(whole.constexprs)["STAGE_OUT"]  # 16-bit dW of 40 channels: staged
+    split = wgrad(p, "bwd_weight_gather", split_steps=1)
+    s = dict(split.scalars)
+    assert split.splits == s["STEPS"] > 1 and split.c_pad == 48
+    assert (s["OUT_TAP"], s["OUT_ROW"], s["SPLIT_STRIDE"]) == (48, 9 * 48, 24 * 9 * 48)
+    assert not dict(split.constexprs)["STAGE_OUT"] and split.workspace_bytes == split.splits * 24 * 9 * 48 * 4
+    assert split.sum_scalars == dict(NUMEL=24 * 40 * 9, C_G=40, C_PAD=48, SPLITS=split.splits,
+                                     SPLIT_STRIDE=24 * 9 * 48)
+    assert split.reduce.programs == -(-24 * 40 * 9 // TAB.weight_grad.reduce_block)
+
+
+def test_weight_gradient_boxes():
+    p = problem(in_channels=40, out_channels=36, input_size=(20, 33)).with_direction("bwd_weight")
+    wp = wgrad(p, "bwd_weight_box")
+    c, s = dict(wp.constexprs), dict(wp.scalars)
+    bh, bw = c["BOX_H"], c["BOX_W"]
+    assert wp.x_mode == "tma_box" and bh * bw == wp.config.block_k
+    assert wp.dy_channels == 40 and wp.dy_map.shape == (2, 20, 33, 40)  # 36 channels padded to 16-byte rows
+    assert wp.dy_map.block == (1, bh, bw, wp.config.block_m)
+    assert wp.x_map.shape == (2, 20, 33, 40) and wp.x_map.block == (1, bh, bw, wp.config.block_n)
+    assert s["TILES_IMG"] == -(-20 // bh) * s["TILES_Q"] and s["STEPS"] == 2 * s["TILES_IMG"]
+    for tmap in (wp.dy_map, wp.x_map):
+        assert tmap.strides[-1] == 1 and all(st * 2 % 16 == 0 for st in tmap.strides[:-1])
+        assert all(b <= 256 for b in tmap.block)
+    assert wp.dy_copy_bytes == 2 * 20 * 33 * 40 * 2
+    with pytest.raises(ValueError, match="bwd_weight_box cannot run"):
+        wgrad(problem(stride=2).with_direction("bwd_weight"), "bwd_weight_box")
+    with pytest.raises(ValueError, match="unknown bwd_weight kernel"):
+        plan.make_bwd_weight_plan(p, "fwd_gather", configs.select(TAB, "fwd_gather", p), TAB)
+
+
+def test_weight_gradient_split_follows_the_table():
+    """Splits fill the SMs where the (group, tap, tile) units are few, stay within the workspace bound, and
+    vanish where there are units enough or too few k-steps."""
+    big = problem(batch=2, in_channels=256, out_channels=256, input_size=(100, 100)).with_direction("bwd_weight")
+    wp = wgrad(big, "bwd_weight_gather")
+    assert wp.grid.base_units == 36 and wp.splits > 1 and wp.grid.num_units >= 100
+    assert wp.partial_bytes <= TAB.weight_grad.max_workspace_bytes
+    assert wp.grid.split_steps >= TAB.weight_grad.min_split_steps
+    many = problem(batch=1, in_channels=512, out_channels=2048, input_size=(32, 32)).with_direction("bwd_weight")
+    assert wgrad(many, "bwd_weight_gather").splits == 1  # 2304 units: waves enough
+    tiny = problem(batch=1, input_size=(8, 8)).with_direction("bwd_weight")
+    assert wgrad(tiny, "bwd_weight_gather").splits == 1  # one k-step
+    config = configs.select(TAB, "bwd_weight_gather", big)
+    for numel, splits in ((1 << 20, 64), (1 << 24, 4), (1 << 27, 1)):  # partials of 4, 64, 512 MiB: 256 MiB bound
+        costs = plan.split_costs(config, TAB, "bwd_weight_gather", numel)
+        assert costs.max_splits == min(TAB.weight_grad.max_splits, splits)
+
+
+def test_weight_gradient_specialization():
+    from conv_gluon.kernels.bwd_weight import conv_bwd_weight, sum_splits
+
+    p = problem(batch=32, input_size=(28, 28)).with_direction("bwd_weight")
+    wp = wgrad(p, "bwd_weight_box")
+    assert wp.split
+    dtypes = plan.role_dtypes(p, wp)
+    assert dtypes == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "float32"}
+    signature, consts, attrs = plan.aot_specialization(wp, conv_bwd_weight.arg_names, dtypes,
+                                                       lambda tmap, dtype: f"desc{tmap.block}")
+    names = conv_bwd_weight.arg_names
+    assert signature["dy_desc"] == f"desc{wp.dy_map.block}" and signature["x"] == f"desc{wp.x_map.block}"
+    assert signature["out_ptr"] == "*fp32" and (names.index("out_ptr"),) in attrs
+    assert consts["STRIDE_H"] == 1 and consts["GROUPS"] == 1 and set(signature) == set(names)
+    sig, consts, _ = plan.sum_specialization(wp, sum_splits.arg_names)
+    assert sig["ws_ptr"] == "*fp32" and sig["out_ptr"] == "*bf16" and consts["BLOCK"] == wp.reduce.block
+    assert plan.role_dtypes(p) == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "bfloat16"}
+
+
+def test_weight_gradient_int32_issue():
+    # dy: 55e6 pixels x 36 channels fits; padded to 40 channels it does not
+    p = problem(batch=896, in_channels=8, out_channels=36, input_size=(256, 240)).with_direction("bwd_weight")
+    assert "the padded output gradient has" in plan.int32_issue(p)
+    assert plan.int32_issue(problem().with_direction("bwd_weight")) is None

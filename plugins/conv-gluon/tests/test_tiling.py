@@ -178,3 +178,78 @@ def test_staging_shortens_the_ring_only_when_it_must():
     assert tiling.fitting_stages(128, 256, 64, 4, 2, 65536, limit) == 3  # a float32 output tile
     assert tiling.fitting_stages(128, 64, 16, 8, 2, 8192, limit) == 8
     assert tiling.fitting_stages(128, 256, 64, 4, 2, 10**6, limit) == 2  # never below double buffering
+
+
+# ---- the weight gradient ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tiles_m, tiles_n, taps, groups, splits, group_m", [(1, 1, 1, 1, 1, 8), (2, 3, 9, 1, 4, 8),
+                                                                           (5, 2, 49, 2, 3, 4), (1, 16, 1, 4, 7, 8)])
+def test_units_are_a_bijection_split_major(tiles_m, tiles_n, taps, groups, splits, group_m):
+    count = tiles_m * tiles_n * taps * groups * splits
+    seen = [tiling.unit_coords(u, tiles_m, tiles_n, taps, groups, group_m) for u in range(count)]
+    assert sorted(seen) == list(itertools.product(range(splits), range(groups), range(taps), range(tiles_m),
+                                                  range(tiles_n)))
+    assert [u[0] for u in seen] == sorted(u[0] for u in seen)  # split-major: concurrent units share pixels
+    per_tap = tiles_m * tiles_n
+    assert all(seen[u][2] == (u // per_tap) % taps for u in range(count))
+
+
+@pytest.mark.parametrize("steps, split_steps", [(1, 1), (7, 2), (8, 2), (313, 105), (10, 10), (10, 3)])
+def test_split_ranges_cover_every_step_once(steps, split_steps):
+    grid = tiling.WeightGradGrid(1, 1, 1, 1, steps, split_steps)
+    ranges = [tiling.split_range(s, steps, split_steps) for s in range(grid.splits)]
+    assert [k for r in ranges for k in r] == list(range(steps))
+    assert all(len(r) == split_steps for r in ranges[:-1]) and 1 <= len(ranges[-1]) <= split_steps
+
+
+def costs(**changes) -> tiling.SplitCosts:
+    base = dict(sms=132, unit_overhead=4.0, partial=3.0, launch=4.0, max_splits=128, min_split_steps=4)
+    return tiling.SplitCosts(**{**base, **changes})
+
+
+def test_split_choice():
+    # RetinaNet P3 at batch 2 (36 units, 313 k-steps): split until the units cover the SMs about once
+    s = tiling.choose_split_steps(36, 313, costs())
+    splits = -(-313 // s)
+    assert 2 <= splits <= 8 and 36 * splits <= 2 * 132
+    assert tiling.choose_split_steps(36, 313, costs(max_splits=2)) == 157  # the workspace bound
+    assert tiling.choose_split_steps(16 * 132, 313, costs()) == 313  # whole waves of units: no split
+    assert tiling.choose_split_steps(36, 6, costs()) == 6  # a split would be shorter than min_split_steps
+    assert tiling.choose_split_steps(1, 10_000, costs(partial=0.0, launch=0.0)) == -(-10_000 // 128)
+    # the modelled time of the choice is never above one split's
+    for units, steps in itertools.product((1, 9, 36, 140, 600), (1, 5, 64, 313, 5000)):
+        chosen = tiling.choose_split_steps(units, steps, costs())
+        assert tiling.split_time(-(-steps // chosen), units, steps, costs()) <= tiling.split_time(1, units, steps,
+                                                                                                   costs())
+
+
+def test_split_time_model():
+    c = costs(sms=4, unit_overhead=1.0, partial=2.0, launch=3.0)
+    assert tiling.split_time(1, 4, 10, c) == 1 * (10 + 1)
+    assert tiling.split_time(2, 4, 10, c) == 2 * (5 + 1) + 2 * 2.0 + 3.0  # 8 units: two waves
+    assert tiling.split_time(3, 4, 10, c) == 3 * (4 + 1) + 3 * 2.0 + 3.0  # 4, 4 and 2 steps: 12 units
+    assert tiling.split_time(4, 4, 10, c) == 4 * (3 + 1) + 4 * 2.0 + 3.0  # 3, 3, 3, 1 steps
+
+
+def test_weight_grad_steps_and_utilization():
+    g = tiling.Geometry.of(ConvProblem("fwd", 2, 40, 36, (20, 33), 3, 1, 1, 1))
+    assert tiling.weight_grad_steps(g, 64, None) == (-(-2 * 20 * 33 // 64), 1, 1)
+    steps, tiles_q, tiles_img = tiling.weight_grad_steps(g, 64, (4, 16))
+    assert (tiles_q, tiles_img, steps) == (3, 15, 30)
+    grid = tiling.WeightGradGrid(1, 1, 1, 9, steps, steps, tiles_q, tiles_img)
+    used = tiling.weight_grad_utilization(g, grid, 64, 64, 64)
+    assert used == pytest.approx((36 / 64) * (40 / 64) * (2 * 20 * 33) / (30 * 64))
+
+
+def test_gather_layout_of_short_tiles_does_not_repeat_rows():
+    """The weight gradient gathers 64-pixel tiles with 128 threads: single elements are then laid out as
+    vectors (no row held twice); the forward's 128-row tiles keep a row per thread."""
+    assert tiling.gather_thread_shape(128, 64, 1, 4) == (64, 1, 1)
+    spt, lanes_k, rows = tiling.gather_thread_shape(64, 128, 1, 4)
+    assert spt * lanes_k == 128 and rows * (32 // lanes_k) * 4 == 64 and rows <= 4
+
+
+def test_staging_of_small_tiles_is_whole():
+    assert tiling.staging_bytes(64, 16, 2) == 2048  # one round
+    assert tiling.staging_bytes(128, 64, 2) == 8192 and tiling.staging_bytes(128, 256, 2) == 32768  # halves

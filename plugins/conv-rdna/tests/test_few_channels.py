@@ -149,8 +149,24 @@ VAE_IN = ConvProblem("fwd", 1, 4, 512, (64, 64), 3, 1, 1, 1, dtype="bfloat16", l
     (IMAGE_OUT.replace(in_channels=18, out_channels=18, groups=2), []),  # 9 channels per group
     (IMAGE_OUT.replace(dilation=(8, 8), padding=8), []),  # a 17x17 window fits no 256-pixel tile
     (ConvProblem("fwd", 1, 128, 3, (512,), 17, 1, 8, 1), ["few_channels_out"]),  # 1D: a 1x256 tile
-    (IMAGE_OUT.with_direction("bwd_data"), []),
-    (STEM.with_direction("bwd_weight"), []),
+    # backward passes: the weight gradients under the forward's conditions, the data gradients at stride 1
+    (STEM.with_direction("bwd_weight"), ["few_channels_in_bwd_weight"]),
+    (STEM.with_direction("bwd_data"), []),  # stride 2 (never needed in training)
+    (IMAGE_OUT.with_direction("bwd_weight"), ["few_channels_out_bwd_weight"]),
+    (IMAGE_OUT.with_direction("bwd_data"), ["few_channels_out_bwd_data"]),
+    (IMAGE_OUT.replace(stride=2).with_direction("bwd_data"), []),
+    (VAE_IN.with_direction("bwd_weight"), ["few_channels_in_bwd_weight"]),
+    (VAE_IN.with_direction("bwd_data"), ["few_channels_in_bwd_data"]),
+    (VAE_IN.replace(stride=2).with_direction("bwd_data"), []),
+    (STEM.replace(out_channels=8).with_direction("bwd_weight"), ["few_channels_in_bwd_weight"]),  # 49 taps
+    (IMAGE_OUT.replace(in_channels=3).with_direction("bwd_weight"),
+     ["few_channels_in_bwd_weight", "few_channels_out_bwd_weight"]),
+    (IMAGE_OUT.replace(in_channels=3).with_direction("bwd_data"),
+     ["few_channels_in_bwd_data", "few_channels_out_bwd_data"]),
+    (IMAGE_OUT.replace(in_channels=16, out_channels=16).with_direction("bwd_weight"), []),
+    (IMAGE_OUT.replace(in_channels=16, out_channels=16).with_direction("bwd_data"), []),
+    (IMAGE_OUT.replace(in_channels=18, out_channels=18, groups=2).with_direction("bwd_weight"), []),
+    (IMAGE_OUT.replace(dilation=(8, 8), padding=8).with_direction("bwd_data"), ["few_channels_out_bwd_data"]),
 ])
 def test_offered_only_for_the_problems_they_serve(problem, few):
     kernels = candidates.kernels_for(problem)
@@ -169,10 +185,12 @@ def test_image_output_tile():
 
 
 def test_every_few_channels_out_configuration_runs_what_it_is_offered():
-    """The offer is decided on a 256-pixel tile and 32 Z columns: every table's configurations are at least that."""
+    """The offer is decided on a 256-pixel tile and 32 Z columns: every table's configurations are at least that
+    (the data gradient of few input channels runs the same kernel)."""
     for name in configs.table_names():
-        for config in configs.table(name).configs("few_channels_out"):
-            assert config.block_m >= plan.FEW_COUT_MIN_BLOCK_M and config.block_n >= plan.FEW_COUT_MIN_BLOCK_N, name
+        for family in ("few_channels_out", "few_channels_in_bwd_data"):
+            for config in configs.table(name).configs(family):
+                assert config.block_m >= plan.FEW_COUT_MIN_BLOCK_M and config.block_n >= plan.FEW_COUT_MIN_BLOCK_N, name
 
 
 # ---- configurations and estimates on the H100 ---------------------------------------------------------------

@@ -26,8 +26,8 @@ def table(splits: int | None = None) -> configs.ArchTable:
     tab = configs.table(configs.INTERPRETER)
     if splits is None:
         return tab
-    return dataclasses.replace(tab, split=configs.SplitRule(target_programs=10**9, max_split=splits,
-                                                            min_blocks_per_split=1))
+    rule = configs.SplitRule(target_programs=10**9, max_split=splits, min_blocks_per_split=1)
+    return dataclasses.replace(tab, split=rule, few_channels_split=rule)
 
 
 def check(problem: ConvProblem, kernel: str, config: configs.TileConfig = SMALL, tab=None, seed: int = 0):

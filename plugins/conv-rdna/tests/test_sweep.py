@@ -1,12 +1,14 @@
 """The offline sweep: its space, what it selects, the gate and the timing of each family's candidate (here
 interpreted on tiny problems; on a GPU it runs compiled), the choice of winners and the merge into a swept table."""
 
-import argparse
 import json
 
 import pytest
 import torch
+from conv_core import sweep as core_sweep
+from conv_core import tune
 from conv_core.problem import ConvProblem
+from conv_core.sweep import layer_key
 from conv_core.suites import available_suites, load_suite
 from conv_core.weight_cache import DerivedWeightCache
 from conv_rdna import aot, candidates, configs, launch, plan, sweep, winograd
@@ -20,11 +22,14 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # the backend only reads 
 SPACE = sweep.sweep_space("sm_90")
 #: The families this sweep added to the general ones (each takes the space's sm_90 entries).
 NEW_FAMILIES = ("few_channels_in", "few_channels_out", "depthwise_fwd", "depthwise_bwd_data", "depthwise_bwd_weight",
-                "winograd")
+                "winograd", "few_channels_in_bwd_weight", "few_channels_out_bwd_weight", "few_channels_in_bwd_data",
+                "few_channels_out_bwd_data")
 
 
 def row(family, layer, kernel, raw, us, error=None):
-    return {"family": family, "layer": layer, "kernel": kernel, "raw": raw, "us": us, "error": error}
+    """A result row as the sweep writes it (the atomic weight gradient is timed but may not win)."""
+    return {"family": family, "layer": layer, "kernel": kernel, "raw": raw, "us": us, "error": error,
+            "may_win": kernel != "bwd_weight_atomic"}
 
 
 def problem(direction="fwd", **fields) -> ConvProblem:
@@ -42,6 +47,10 @@ TINY = {
     "depthwise_bwd_data": problem("bwd_data", **DEPTHWISE, layout="channels_first"),
     "depthwise_bwd_weight": problem("bwd_weight", **DEPTHWISE),
     "winograd": problem(in_channels=64, out_channels=64, input_size=(5, 6)),
+    "few_channels_in_bwd_weight": problem("bwd_weight", in_channels=3, out_channels=16, stride=2),
+    "few_channels_out_bwd_weight": problem("bwd_weight", in_channels=16, out_channels=3, layout="channels_first"),
+    "few_channels_in_bwd_data": problem("bwd_data", in_channels=3, out_channels=16, layout="channels_first"),
+    "few_channels_out_bwd_data": problem("bwd_data", in_channels=16, out_channels=3),
 }
 
 
@@ -68,7 +77,7 @@ def test_the_new_families_have_hopper_configurations():
         for config in space:
             if family not in configs.DEPTHWISE_FAMILIES:
                 assert config.num_warps % 4 == 0 and config.block_m >= 64, (family, config)
-            if family == "few_channels_out":
+            if family in ("few_channels_out", "few_channels_in_bwd_data"):  # the same kernel
                 assert config.block_m >= plan.FEW_COUT_MIN_BLOCK_M and config.block_n >= plan.FEW_COUT_MIN_BLOCK_N
     assert sweep.space_configs("gfx1100", "winograd") == []  # no space: nothing, not an error
 
@@ -91,15 +100,18 @@ def test_the_compile_check_covers_the_space():
 # ---- what a run selects --------------------------------------------------------------------------------------
 
 
-def args(families=None, suites=None) -> argparse.Namespace:
-    return argparse.Namespace(families=families, suites=suites)
+def select(families=None, suites=None) -> dict[str, frozenset[str]]:
+    """What ``run --families ... --suites ...`` sweeps: suite -> families."""
+    return core_sweep.selection(sweep.RdnaSpace(), families, suites)
 
 
 def families_by_suite(selection: dict, directions=("fwd", "bwd_data", "bwd_weight")) -> dict[str, set[str]]:
     """family -> the suites on which a selected problem has a kernel of that family (NHWC)."""
     found: dict[str, set[str]] = {}
     for spec, families in selection.items():
-        for p in sweep.suite_problems_for(spec, families, directions, "channels_last", "bfloat16", "sm_90", CUDA):
+        for p in core_sweep.suite_layers(spec, directions, "channels_last", "bfloat16", "sm_90"):
+            if candidates.decline_reason(p, CUDA) is not None:
+                continue
             for kernel in candidates.kernels_for(p):
                 if plan.KERNELS[kernel] in families:
                     found.setdefault(plan.KERNELS[kernel], set()).add(spec.split(":")[0])
@@ -109,7 +121,7 @@ def families_by_suite(selection: dict, directions=("fwd", "bwd_data", "bwd_weigh
 def test_default_suites_cover_every_suite_where_the_new_families_occur():
     """By default each new family is swept on every shipped suite that has a layer it serves, at the
     benchmarks' batch; the general families stay on the three suites of the shipped sweep."""
-    selection = sweep.selection(args(), SPACE)
+    selection = select()
     for spec in selection:
         name, _, batch = spec.partition(":")
         assert int(batch) == load_suite(name).default_batch
@@ -120,6 +132,11 @@ def test_default_suites_cover_every_suite_where_the_new_families_occur():
         assert found[family] == everywhere[family], family
     assert found["few_channels_in"] == {"resnet50", "sd_vae_decoder", "sd_vae_encoder", "convnext_block"}  # stems
     assert found["few_channels_out"] == {"sd_vae_decoder", "sd_vae_encoder"}  # conv_out 128 -> 3, 512 -> 8
+    assert found["few_channels_in_bwd_weight"] == found["few_channels_in"]
+    assert found["few_channels_out_bwd_weight"] == found["few_channels_out"]
+    # stride 1 only: not the stems; the SD-VAE's conv_in, conv_out and 1x1 latent layers
+    assert found["few_channels_in_bwd_data"] == found["few_channels_out_bwd_data"] == {"sd_vae_decoder",
+                                                                                       "sd_vae_encoder"}
     assert found["depthwise_fwd"] == found["depthwise_bwd_weight"] == {"convnext_block"}
     assert found["winograd"] == {"resnet50", "sd_vae_decoder", "sd_vae_encoder", "retinanet_head"}
     shipped = {"resnet50", "sd_vae_decoder", "retinanet_head"}
@@ -128,15 +145,15 @@ def test_default_suites_cover_every_suite_where_the_new_families_occur():
 
 
 def test_families_and_suites_options():
-    only = sweep.selection(args(families="depthwise_fwd,winograd"), SPACE)
+    only = select(families="depthwise_fwd,winograd")
     assert set().union(*only.values()) == {"depthwise_fwd", "winograd"}
     assert set(families_by_suite(only)) == {"depthwise_fwd", "winograd"}
-    explicit = sweep.selection(args(families="few_channels_in,implicit_gemm", suites="convnext_block:2"), SPACE)
+    explicit = select(families="few_channels_in,implicit_gemm", suites="convnext_block:2")
     assert explicit == {"convnext_block:2": {"few_channels_in", "implicit_gemm"}}  # every family on a given suite
-    assert sweep.selection(args(), SPACE)["convnext_block:32"] == set(SPACE) & set(sweep.SPECIFIC_FAMILIES)
+    assert select()["convnext_block:32"] == set(sweep.SPECIFIC_FAMILIES)
     assert set(NEW_FAMILIES) <= set(sweep.SPECIFIC_FAMILIES)
     with pytest.raises(SystemExit, match="unknown families"):
-        sweep.selection(args(families="depthwise"), SPACE)
+        select(families="depthwise")
 
 
 # ---- gating and timing --------------------------------------------------------------------------------------
@@ -148,28 +165,29 @@ def test_each_new_family_is_gated_and_timed(family):
     the other families the problem has kernels for are left out."""
     p = TINY[family]
     assert family in {plan.KERNELS[k] for k in candidates.kernels_for(p)}
-    rows = sweep.sweep_problem(p, CPU, SPACE, reps=1, families={family})
+    rows = core_sweep.sweep_problem(sweep.RdnaSpace(SPACE), p, CPU, frozenset({family}), reps=1)
     assert [r["raw"] for r in rows] == SPACE[family]
     for r in rows:
         assert r["error"] is None and r["us"] > 0, r
-        assert r["family"] == family and r["layer"] == configs.layer_key(p)
-        assert r["config_name"].startswith(sweep.parse_config(family, r["raw"]).name)
-    assert sweep.winners(rows) == {family: {configs.layer_key(p): min(rows, key=lambda r: r["us"])["raw"]}}
+        assert r["family"] == family and r["layer"] == layer_key(p)
+        assert r["config"].startswith(sweep.parse_config(family, r["raw"]).name)
+    assert core_sweep.winners(rows) == {family: {layer_key(p): min(rows, key=lambda r: r["us"])["raw"]}}
 
 
 def test_winograd_is_gated_with_its_error_factor_and_timed_through_its_cache(monkeypatch):
     seen = []
 
-    def spy(problem, out, operands, candidate=None):
+    def spy(problem, out, operands, candidate=None, known=None):
         seen.append(candidate)
-        return compare(problem, out, operands, candidate=candidate)
+        return compare(problem, out, operands, candidate=candidate, known=known)
 
-    compare = sweep.compare
-    monkeypatch.setattr(sweep, "compare", spy)
+    compare = tune.compare
+    monkeypatch.setattr(tune, "compare", spy)
     cache = DerivedWeightCache()
     monkeypatch.setattr(winograd, "WEIGHT_CACHE", cache)
     p = TINY["winograd"]
-    (result,) = sweep.sweep_problem(p, CPU, {"winograd": SPACE["winograd"][:1]}, reps=2, families={"winograd"})
+    space = sweep.RdnaSpace({"winograd": SPACE["winograd"][:1]})
+    (result,) = core_sweep.sweep_problem(space, p, CPU, frozenset({"winograd"}), reps=2)
     assert result["us"] is not None, result
     (cand,) = seen
     assert cand.kernel == winograd.KERNEL and cand.error_factor == winograd.error_factor(p) > 1
@@ -179,22 +197,22 @@ def test_winograd_is_gated_with_its_error_factor_and_timed_through_its_cache(mon
 def test_a_wrong_result_is_never_a_winner(monkeypatch):
     p = TINY["depthwise_fwd"]
     monkeypatch.setattr(launch, "run", lambda problem, plan, a, *rest, out=None: problem.empty_result(a.device).zero_())
-    rows = sweep.sweep_problem(p, CPU, SPACE, reps=1, families={"depthwise_fwd"})
+    rows = core_sweep.sweep_problem(sweep.RdnaSpace(SPACE), p, CPU, frozenset({"depthwise_fwd"}), reps=1)
     assert len(rows) == 3
     for r in rows:
         assert r["us"] is None and "MISMATCH" in r["error"], r
-    assert sweep.winners(rows) == {}
+    assert core_sweep.winners(rows) == {}
 
 
 def test_a_configuration_that_cannot_run_is_an_error_row():
     """few_channels_out needs every tap of an output channel in its columns: 25 taps do not fit 16."""
     p = problem(in_channels=16, out_channels=3, filter_size=5, padding=2)
     narrow = {**SPACE["few_channels_out"][0], "BLOCK_N": 16}
-    rows = sweep.sweep_problem(p, CPU, {"few_channels_out": [narrow, SPACE["few_channels_out"][0]]}, reps=1,
-                               families={"few_channels_out"})
+    space = sweep.RdnaSpace({"few_channels_out": [narrow, SPACE["few_channels_out"][0]]})
+    rows = core_sweep.sweep_problem(space, p, CPU, frozenset({"few_channels_out"}), reps=1)
     assert rows[0]["us"] is None and rows[0]["error"].startswith("ValueError: few_channels_out cannot run"), rows[0]
     assert rows[1]["error"] is None and rows[1]["us"] > 0
-    assert sweep.winners(rows) == {"few_channels_out": {configs.layer_key(p): SPACE["few_channels_out"][0]}}
+    assert core_sweep.winners(rows) == {"few_channels_out": {layer_key(p): SPACE["few_channels_out"][0]}}
 
 
 # ---- winners and merge ------------------------------------------------------------------------------------------
@@ -212,7 +230,7 @@ def test_winners_are_the_fastest_correct_configurations():
         row("depthwise_fwd", "L3", "depthwise_fwd", STENCIL, None, "RuntimeError: out of resources"),
         row("depthwise_fwd", "L3", "depthwise_fwd", {**STENCIL, "BLOCK_C": 64}, 3.0),
     ]
-    assert sweep.winners(results) == {"implicit_gemm": {"L1": FAST}, "bwd_weight": {"L2": SLOW},
+    assert core_sweep.winners(results) == {"implicit_gemm": {"L1": FAST}, "bwd_weight": {"L2": SLOW},
                                       "winograd": {"L1": FAST}, "depthwise_fwd": {"L3": {**STENCIL, "BLOCK_C": 64}}}
 
 
@@ -235,9 +253,9 @@ def test_merge_adds_the_new_families_and_marks_them_measured(swept_file, tmp_pat
     shipped = json.loads(swept_file.read_text())
     wino, dw = TINY["winograd"], TINY["depthwise_fwd"]
     depthwise = SPACE["depthwise_fwd"][2]
-    results = [row("winograd", configs.layer_key(wino), winograd.KERNEL, SPACE["winograd"][1], 7.0),
-               row("winograd", configs.layer_key(wino), winograd.KERNEL, SPACE["winograd"][0], 9.0),
-               row("depthwise_fwd", configs.layer_key(dw), "depthwise_fwd", depthwise, 2.0)]
+    results = [row("winograd", layer_key(wino), winograd.KERNEL, SPACE["winograd"][1], 7.0),
+               row("winograd", layer_key(wino), winograd.KERNEL, SPACE["winograd"][0], 9.0),
+               row("depthwise_fwd", layer_key(dw), "depthwise_fwd", depthwise, 2.0)]
     out = tmp_path / "sweep.json"
     out.write_text(json.dumps({"arch": "sm_90", "device": "NVIDIA H100 80GB HBM3", "results": results}))
     assert not configs.table("sm_90").is_measured("winograd")
@@ -247,8 +265,8 @@ def test_merge_adds_the_new_families_and_marks_them_measured(swept_file, tmp_pat
     merged = json.loads(swept_file.read_text())
     for family, layers in shipped["layers"].items():  # the earlier winners stay
         assert merged["layers"][family] == layers
-    assert merged["layers"]["winograd"] == {configs.layer_key(wino): SPACE["winograd"][1]}
-    assert merged["layers"]["depthwise_fwd"] == {configs.layer_key(dw): depthwise}
+    assert merged["layers"]["winograd"] == {layer_key(wino): SPACE["winograd"][1]}
+    assert merged["layers"]["depthwise_fwd"] == {layer_key(dw): depthwise}
     assert merged["measured"] and merged["arch"] == "sm_90"
 
     configs.table.cache_clear()

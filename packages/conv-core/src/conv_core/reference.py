@@ -175,12 +175,20 @@ class Comparison:
     message: str
 
 
-def compare(problem: ConvProblem, out: torch.Tensor, operands: tuple, candidate: Candidate | None = None,
-            slack: float = 1.0) -> Comparison:
-    """Check ``out`` against the float64 reference under the tolerance model (times ``slack``)."""
-    if tuple(out.shape) != problem.result_shape:  # before any arithmetic: it would broadcast or raise
-        return Comparison(False, math.inf, math.inf, -1, 0,
-                          f"{problem.key}: result shape {tuple(out.shape)} != {problem.result_shape}")
+@dataclass(frozen=True)
+class Expected:
+    """The float64 facts a result is judged against: computed once per operands, reused for every
+    candidate compared on them (the offline sweep judges a dozen configurations per layer)."""
+
+    ref: torch.Tensor
+    absref: torch.Tensor
+    #: forward with an epilogue: the sums before the activation (with bias), and before the bias
+    pre: torch.Tensor | None
+    conv: torch.Tensor | None
+
+
+def expected(problem: ConvProblem, operands: tuple) -> Expected:
+    """The reference result of ``problem`` on ``operands`` and what its tolerance needs."""
     pre = conv = None
     if problem.direction == "fwd" and (problem.activation is not None or problem.bias):
         x, w, bias = _fwd_operands(operands)
@@ -189,7 +197,19 @@ def compare(problem: ConvProblem, out: torch.Tensor, operands: tuple, candidate:
         ref = activations.apply(problem.activation, pre)
     else:
         ref = reference(problem, operands)
-    bound = tolerance(problem, ref, absolute_reference(problem, operands), candidate, pre, conv) * slack
+    return Expected(ref, absolute_reference(problem, operands), pre, conv)
+
+
+def compare(problem: ConvProblem, out: torch.Tensor, operands: tuple, candidate: Candidate | None = None,
+            slack: float = 1.0, known: Expected | None = None) -> Comparison:
+    """Check ``out`` against the float64 reference under the tolerance model (times ``slack``); ``known``
+    is :func:`expected` of the same operands, computed once for many comparisons."""
+    if tuple(out.shape) != problem.result_shape:  # before any arithmetic: it would broadcast or raise
+        return Comparison(False, math.inf, math.inf, -1, 0,
+                          f"{problem.key}: result shape {tuple(out.shape)} != {problem.result_shape}")
+    known = known if known is not None else expected(problem, operands)
+    ref = known.ref
+    bound = tolerance(problem, ref, known.absref, candidate, known.pre, known.conv) * slack
     got = out.double()
     err = (got - ref).abs()
     nan = int(torch.isnan(got).sum())

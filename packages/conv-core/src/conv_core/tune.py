@@ -27,7 +27,7 @@ from .candidate import Candidate
 from .engine import get_engine
 from .problem import ConvProblem
 from .progress import Progress, progress_mode
-from .reference import compare, random_operands
+from .reference import Expected, compare, random_operands
 from .tuning import Entry, merge_entries, read_entries, write_entries
 
 #: ``on_result(layer, entry, detail)``: called once per candidate (detail: why broken, or "").
@@ -84,7 +84,8 @@ def tune_problem(problem: ConvProblem, device: torch.device, *, reps: int, warmu
     return results
 
 
-def gate(problem: ConvProblem, candidate: Candidate, operands: tuple) -> tuple[bool, str]:
+def gate(problem: ConvProblem, candidate: Candidate, operands: tuple,
+         known: Expected | None = None) -> tuple[bool, str]:
     """(usable, detail): whether ``candidate`` may be timed and ranked, and what went wrong if anything.
 
     A candidate that raises, or whose result is outside the reference
@@ -98,7 +99,7 @@ def gate(problem: ConvProblem, candidate: Candidate, operands: tuple) -> tuple[b
     except Exception as exc:  # a kernel that raises is broken, not fatal
         return False, f"raised {type(exc).__name__}: {exc}".splitlines()[0]
     try:
-        result = compare(problem, out, operands, candidate)
+        result = compare(problem, out, operands, candidate, known=known)
     except Exception as exc:  # e.g. a result whose shape cannot even be compared
         return False, f"result could not be compared: {type(exc).__name__}: {exc}".splitlines()[0]
     if result.ok:

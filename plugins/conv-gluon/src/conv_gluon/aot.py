@@ -1,4 +1,4 @@
-"""Ahead-of-time compile checks: every shipped configuration, compiled on the CPU for sm_90a.
+"""Ahead-of-time compile checks: every shipped configuration (and the sweep space's), compiled on the CPU for sm_90a.
 
 ``python -m conv_gluon.aot [--jobs N] [--json PATH]`` compiles each specialization the tables can launch
 (:func:`jobs`) through ``GluonASTSource`` for ``GPUTarget("cuda", 90, 32)``, exactly as :mod:`conv_gluon.plan`
@@ -21,7 +21,15 @@ bfloat16, and in float16 once with an output channel count that is not a multipl
 stages the tile through shared memory, and the ring may be shallower); a few geometries catch what the JIT
 specializes on (arguments equal to 1 become constants: stride 1, dilation 1, a 1D problem; no bias, no
 activation; a float32 output; every box shape) and the data gradient's phases (negative padding, an output
-that starts unaligned inside ``dx``). Needs no GPU and no ``TRITON_INTERPRET``.
+that starts unaligned inside ``dx``).
+
+The weight gradient (``kernels/bwd_weight.py``) is compiled the same way for each of its configurations and
+ways of bringing ``x`` (``wgrad_*`` modes) on a split problem (float32 partial stores), in bfloat16 and
+float16, plus edge geometries with the first configuration (one split: ``dW`` stored in its 16-bit dtype,
+from registers or staged; stride 2 with dilation and asymmetric padding; 1D; groups; 1x1; every box
+shape); there ``dy`` must come by TMA (``cp.async.bulk.tensor.2d``, or ``.4d`` boxes) and be read transposed
+by the ``wgmma`` (``tnspA``). Its second stage (``sum_splits``) is compiled per result dtype and checked for
+spills. Needs no GPU and no ``TRITON_INTERPRET``.
 """
 
 from __future__ import annotations
@@ -40,19 +48,29 @@ from dataclasses import asdict, dataclass
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
 
-from . import configs, plan, tiling
+from . import configs, plan, sweep, tiling
 
 TARGET = "sm_90"
 
 #: The ways of bringing the input tile each configuration is compiled for: name -> (candidate kernel, input
-#: channels per group as a function of BLOCK_K). ``cp_async`` gets whole 16-byte vectors and whole blocks;
-#: ``cp_async_narrow`` 2-channel vectors and a partial block (the vector mask); ``registers`` 3 channels.
+#: channels per group as a function of the configuration). ``cp_async`` gets whole 16-byte vectors and whole
+#: blocks; ``cp_async_narrow`` 2-channel vectors and a partial block (the vector mask); ``registers`` 3
+#: channels. The weight gradient's (``wgrad_*``): 8-channel vectors with a partial tile of input channels (a
+#: multiple of 16, so that one split stores 16-bit pairs from registers), 2-channel vectors and 3 channels (one
+#: split stages its store), boxes of 8-channel pixels.
 MODES = {
-    "cp_async": ("fwd_gather", lambda bk: 2 * bk),
-    "cp_async_narrow": ("fwd_gather", lambda bk: bk + 2),
-    "registers": ("fwd_gather", lambda bk: 3),
-    "tma_box": ("fwd_box", lambda bk: 2 * bk),
+    "cp_async": ("fwd_gather", lambda c: 2 * c.block_k),
+    "cp_async_narrow": ("fwd_gather", lambda c: c.block_k + 2),
+    "registers": ("fwd_gather", lambda c: 3),
+    "tma_box": ("fwd_box", lambda c: 2 * c.block_k),
+    "wgrad_cp_async": ("bwd_weight_gather", lambda c: 2 * c.block_n - 16),
+    "wgrad_narrow": ("bwd_weight_gather", lambda c: c.block_n + 2),
+    "wgrad_registers": ("bwd_weight_gather", lambda c: 3),
+    "wgrad_box": ("bwd_weight_box", lambda c: 2 * c.block_n - 8),
 }
+
+#: The weight gradient's second stage, compiled per result dtype.
+SUM_MODE = "wgrad_sum"
 
 #: Geometries: ``mid`` for every configuration and mode; the others once per mode with the first
 #: configuration (what the JIT specializes on differs: constants 1, a 1D height, a float32 output, the box
@@ -75,13 +93,28 @@ SHAPES = {
        for bw in configs.table(TARGET).box_widths},  # (wide tiles skip some: box_widths_wide)
 }
 
+#: The weight gradient's geometries: ``wg-mid`` (enough pixels that the table splits it) for every
+#: configuration and mode, the others once per mode with the first configuration; ``wg-box<W>``: an image of
+#: exactly one ``BLOCK_K / W x W`` box (the input size follows BLOCK_K).
+WGRAD_SHAPES = {
+    "wg-mid": dict(batch=32, input_size=(56, 56), filter_size=3, stride=1, padding=1, dilation=1),
+    "wg-whole": dict(batch=1, input_size=(10, 11), filter_size=3, stride=1, padding=1, dilation=1),
+    "wg-s2d2": dict(batch=8, input_size=(41, 37), filter_size=(3, 5), stride=2, padding=((2, 1), (0, 3)),
+                    dilation=2),
+    "wg-conv1d": dict(batch=16, input_size=(900,), filter_size=5, stride=1, padding=2, dilation=1),
+    "wg-groups2": dict(batch=16, input_size=(28, 28), filter_size=3, stride=1, padding=1, dilation=1, groups=2),
+    "wg-1x1": dict(batch=32, input_size=(28, 28), filter_size=1, stride=1, padding=0, dilation=1),
+    **{f"wg-box{bw}": dict(batch=32, filter_size=3, stride=1, padding=1, dilation=1)
+       for bw in configs.table(TARGET).box_widths},
+}
+
 
 @dataclass(frozen=True)
 class Job:
     """One kernel specialization to compile."""
 
     config: str  # TileConfig.name
-    mode: str  # key of MODES
+    mode: str  # key of MODES, or SUM_MODE
     dtype: str
     shape: str = "mid"
 
@@ -91,14 +124,27 @@ class Job:
 
     @property
     def kernel(self) -> str:
+        if self.mode == SUM_MODE:
+            return "bwd_weight_gather"  # (the plan whose second stage is compiled)
         forward = MODES[self.mode][0]
         return forward.replace("fwd", "bwd_data") if self.shape.startswith("bwd") else forward
+
+    @property
+    def weight_grad(self) -> bool:
+        return self.kernel.startswith("bwd_weight")
+
+
+def base_shape(mode: str) -> str:
+    """The geometry every configuration of ``mode`` is compiled on."""
+    return "wg-mid" if mode.startswith("wgrad") else "mid"
 
 
 def representative_problem(job: Job, config: configs.TileConfig) -> ConvProblem | None:
     """The problem the job compiles (forward, bias and gelu, channels-last); None where the mode does not
     apply to the geometry (boxes need stride 1)."""
-    cin = MODES[job.mode][1](config.block_k)
+    if job.weight_grad:
+        return weight_grad_problem(job, config)
+    cin = MODES[job.mode][1](config)
     fields = {"bias": True, "activation": "gelu", **SHAPES[job.shape]}
     out_dtype = fields.pop("out_dtype", job.dtype)
     if job.shape.startswith("bwd"):  # dx has the channels the forward kernel produces: swapped, and odd
@@ -115,33 +161,73 @@ def representative_problem(job: Job, config: configs.TileConfig) -> ConvProblem 
     return problem
 
 
+def weight_grad_problem(job: Job, config: configs.TileConfig) -> ConvProblem | None:
+    """The weight-gradient problem a job compiles: input channels per the mode, ``2 BLOCK_M - 8`` output
+    channels (a partial tile of whole 16-byte ``dy`` rows); None where the mode does not apply."""
+    fields = dict(WGRAD_SHAPES[job.shape])
+    groups = fields.pop("groups", 1)
+    if job.shape.startswith("wg-box"):
+        width = int(job.shape.removeprefix("wg-box"))
+        if config.block_k % width or config.block_k // width > tiling.TMA_BOX_LIMIT:
+            return None
+        fields["input_size"] = (config.block_k // width, width)
+    cin = MODES[job.mode][1](config) if job.mode != SUM_MODE else 2 * config.block_n - 8
+    problem = ConvProblem("fwd", in_channels=cin * groups, out_channels=(2 * config.block_m - 8) * groups,
+                          groups=groups, dtype=job.dtype, layout="channels_last", arch=TARGET,
+                          **fields).with_direction("bwd_weight")
+    if job.kernel.endswith("_box") and plan.box_issue(problem, config) is not None:
+        return None
+    if job.shape.startswith("wg-box") and not job.kernel.endswith("_box"):
+        return None
+    return problem
+
+
 def jobs() -> list[Job]:
     """Every distinct specialization the sm_90 tables ship (see the module's docstring)."""
     tab = configs.table(TARGET)
     found = []
     for mode, (kernel, _) in MODES.items():
-        shipped = tab.configs(plan.KERNELS[kernel])
+        shipped = compiled_configs(plan.KERNELS[kernel])
+        shapes = WGRAD_SHAPES if mode.startswith("wgrad") else SHAPES
         for config in shipped:
-            for dtype in ("bfloat16", "float16") if mode in ("cp_async", "tma_box") else ("bfloat16",):
-                found.append(Job(config.name, mode, dtype))
-            for shape in SHAPES:
+            two_dtypes = mode in ("cp_async", "tma_box", "wgrad_cp_async", "wgrad_box")
+            for dtype in ("bfloat16", "float16") if two_dtypes else ("bfloat16",):
+                found.append(Job(config.name, mode, dtype, base_shape(mode)))
+            for shape in shapes:
                 # edge geometries with the first configuration; box shapes also with the last (the widest
                 # swizzle: the box's reshape to a matrix must keep it)
-                wanted = config == shipped[0] or (shape.startswith("box") and config == shipped[-1])
+                boxes = shape.startswith(("box", "wg-box"))
+                wanted = config == shipped[0] or (boxes and config == shipped[-1])
                 job = Job(config.name, mode, "bfloat16", shape)
-                if shape != "mid" and wanted and representative_problem(job, config) is not None:
+                if shape != base_shape(mode) and wanted and representative_problem(job, config) is not None:
                     found.append(job)
+    first = tab.configs("bwd_weight_gather")[0].name
+    found += [Job(first, SUM_MODE, dtype, "wg-mid") for dtype in ("bfloat16", "float16")]
     return found
 
 
+def producer_of(job: Job, mode: str) -> configs.Producer:
+    """The producer partition's budget the job's kernel was planned with."""
+    tab = configs.table(TARGET)
+    return (tab.weight_grad.producers if job.weight_grad else tab.producers)[mode]
+
+
+def compiled_configs(family: str) -> tuple[configs.TileConfig, ...]:
+    """The configurations of ``family`` that must compile: the table's (buckets and swept layers) and the
+    offline sweep's space, which may ship any of them as a winner."""
+    return tuple(dict.fromkeys(configs.table(TARGET).configs(family) + tuple(sweep.space_configs(TARGET, family))))
+
+
 def find_config(kernel: str, name: str) -> configs.TileConfig:
-    return next(c for c in configs.table(TARGET).configs(plan.KERNELS[kernel]) if c.name == name)
+    return next(c for c in compiled_configs(plan.KERNELS[kernel]) if c.name == name)
 
 
-def job_plan(job: Job) -> tuple[ConvProblem, plan.Plan, tuple[str, ...]]:
+def job_plan(job: Job) -> tuple[ConvProblem, plan.Plan | plan.WeightGradPlan, tuple[str, ...]]:
     """The job's problem, the launch it compiles and the pointers that launch gets unaligned."""
     config = find_config(job.kernel, job.config)
     problem = representative_problem(job, config)
+    if problem.direction == "bwd_weight":
+        return problem, plan.make_bwd_weight_plan(problem, job.kernel, config, configs.table(TARGET)), ()
     if problem.direction == "bwd_data":
         last = plan.make_bwd_data_plan(problem, job.kernel, config, configs.table(TARGET)).phases[-1]
         return problem, last.plan, ("y_ptr",) if last.y_offset * element_size(problem.dtype) % 16 else ()
@@ -176,6 +262,8 @@ def facts(ptx: str, sass: str, ptxas_log: str) -> dict:
         cp_async=len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)),
         cp_async_arrive=len(re.findall(r"cp\.async\.mbarrier\.arrive\.noinc", ptx)),
         sass_hgmma=sorted(set(re.findall(r"HGMMA\.[\w.]+", sass))),
+        # the A operand read MN-major from shared memory (the weight gradient's dy^T)
+        sass_transposed_a=bool(re.search(r"HGMMA\.[^\n]*\.tnspA", sass)),
         sass_depbar_async="WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass,
         sass_setmaxreg=len(re.findall(r"USETMAXREG", sass)),
         sass_local=len(re.findall(r"\b(?:LDL|STL)\b", sass)),
@@ -183,24 +271,38 @@ def facts(ptx: str, sass: str, ptxas_log: str) -> dict:
     return found
 
 
-def compile_plan(p: plan.Plan, dtypes: dict[str, str], unaligned: tuple[str, ...] = ()):
+def compile_plan(p: plan.Plan | plan.WeightGradPlan, dtypes: dict[str, str], unaligned: tuple[str, ...] = ()):
     """Compile one plan's kernel for sm_90a; return ``(compiled kernel, facts)``."""
+    from . import descriptors
+
+    if isinstance(p, plan.WeightGradPlan):
+        from .kernels.bwd_weight import conv_bwd_weight as kernel
+    else:
+        from .kernels.fwd import conv_fwd as kernel
+    signature, constexprs, attrs = plan.aot_specialization(p, kernel.arg_names, dtypes, descriptors.signature,
+                                                           unaligned)
+    return _compile(kernel, signature, constexprs, attrs, dict(num_warps=p.num_warps, maxnreg=p.maxnreg))
+
+
+def compile_sum(p: plan.WeightGradPlan):
+    """Compile the weight gradient's second stage for ``p`` for sm_90a; return ``(compiled kernel, facts)``."""
+    from .kernels.bwd_weight import sum_splits
+
+    signature, constexprs, attrs = plan.sum_specialization(p, sum_splits.arg_names)
+    return _compile(sum_splits, signature, constexprs, attrs, dict(num_warps=p.reduce.num_warps))
+
+
+def _compile(kernel, signature: dict, constexprs: dict, attrs: dict, options: dict):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from . import descriptors
-    from .kernels.fwd import conv_fwd
-
-    signature, constexprs, attrs = plan.aot_specialization(p, conv_fwd.arg_names, dtypes, descriptors.signature,
-                                                           unaligned)
     log = io.StringIO()
     triton.knobs.compilation.always_compile = True  # a cache hit would skip ptxas and its log
     triton.knobs.nvidia.dump_ptxas_log = True  # ptxas -v: registers, spills, stack
     with contextlib.redirect_stdout(log):
-        compiled = triton.compile(GluonASTSource(conv_fwd, signature, constexprs, attrs),
-                                  target=GPUTarget("cuda", 90, 32),
-                                  options=dict(num_warps=p.num_warps, maxnreg=p.maxnreg))
+        compiled = triton.compile(GluonASTSource(kernel, signature, constexprs, attrs),
+                                  target=GPUTarget("cuda", 90, 32), options=options)
     return compiled, facts(compiled.asm["ptx"], compiled.asm["sass"], log.getvalue())
 
 
@@ -210,14 +312,19 @@ def compile_job(job: Job) -> dict:
     result = dict(job=asdict(job), id=job.id, shared_limit=spec(TARGET).shared_memory_bytes)
     try:
         problem, p, unaligned = job_plan(job)
+        if job.mode == SUM_MODE:
+            compiled, found = compile_sum(p)
+            result.update(ok=True, kind="sum", shared=compiled.metadata.shared, splits=p.splits, **found)
+            result["seconds"] = round(time.perf_counter() - started, 2)
+            return result
         c = p.config
-        producer = configs.table(TARGET).producers[p.a_mode]
-        result.update(a_mode=p.a_mode, planned_maxnreg=p.maxnreg,
+        producer = producer_of(job, p.a_mode)
+        result.update(kind="wgrad" if job.weight_grad else "conv", a_mode=p.a_mode, planned_maxnreg=p.maxnreg,
                       planned_threads=32 * tiling.total_warps(c.num_warps, producer.warps), stages=p.stages,
                       staged_epilogue=bool(p.staging_bytes),
                       shared_bound=tiling.shared_bytes(c.block_m, c.block_n, c.block_k, p.stages,
                                                        element_size(problem.dtype), p.staging_bytes))
-        compiled, found = compile_plan(p, plan.role_dtypes(problem), unaligned)
+        compiled, found = compile_plan(p, plan.role_dtypes(problem, p), unaligned)
         result["unaligned"] = list(unaligned)
         result.update(ok=True, shared=compiled.metadata.shared, **found)
     except Exception as exc:  # reported per job; the test fails on it
@@ -230,6 +337,8 @@ def problems_of(result: dict) -> list[str]:
     """What is wrong with a compiled job (empty: nothing)."""
     if not result.get("ok"):
         return [f"did not compile: {result.get('error')}"]
+    if result.get("kind") == "sum":
+        return _sum_problems(result)
     issues = []
     if not result["wgmma"] or not result["sass_hgmma"]:
         issues.append("no wgmma.mma_async / HGMMA")
@@ -250,15 +359,29 @@ def problems_of(result: dict) -> list[str]:
         issues.append(f"shared memory {result['shared']} > limit {result['shared_limit']}")
     if result["shared"] > result["shared_bound"]:
         issues.append(f"shared memory {result['shared']} > the tables' bound {result['shared_bound']}")
-    if not result["tma_2d"]:
-        issues.append("the weights are not loaded by TMA")
     mode = result["a_mode"]
+    weight_grad = result.get("kind") == "wgrad"
+    if weight_grad and not result["sass_transposed_a"]:
+        issues.append("the wgmma does not read dy transposed (no HGMMA ... tnspA)")
+    if not result["tma_2d"] and not (weight_grad and mode == "tma_box"):
+        issues.append("dy is not loaded by TMA" if weight_grad else "the weights are not loaded by TMA")
     if mode == "tma_box" and not result["tma_4d"]:
         issues.append("tma_box without a 4D TMA load")
     if mode == "cp_async" and not (result["cp_async"] and result["cp_async_arrive"]):
         issues.append("cp_async without cp.async copies and their noinc mbarrier arrivals")
     if mode != "cp_async" and result["cp_async"]:
         issues.append(f"{mode} issues cp.async")
+    return issues
+
+
+def _sum_problems(result: dict) -> list[str]:
+    """The second stage: no spills, no local memory, no shared memory beyond the limit."""
+    issues = []
+    if result["spill_bytes"] != 0 or result["stack_bytes"] != 0 or result["local_memory"] or result["sass_local"]:
+        issues.append(f"spills: {result['spill_bytes']} bytes, stack frame {result['stack_bytes']}, local memory "
+                      f"{result['local_memory']} PTX / {result['sass_local']} SASS")
+    if result["shared"] > result["shared_limit"]:
+        issues.append(f"shared memory {result['shared']} > limit {result['shared_limit']}")
     return issues
 
 
@@ -285,12 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=0)
-    print(f"{'job':58} {'regs':>4} {'max':>4} {'spill':>5} {'shared':>7} {'limit':>7} {'s':>5}  issues")
+    print(f"{'job':66} {'regs':>4} {'max':>4} {'spill':>5} {'shared':>7} {'limit':>7} {'s':>5}  issues")
     for r in results:
         if not r.get("ok"):
-            print(f"{r['id']:58} FAILED {r.get('error', '')[:300]}")
+            print(f"{r['id']:66} FAILED {r.get('error', '')[:300]}")
             continue
-        print(f"{r['id']:58} {r['registers']:4} {r['maxnreg']:4} {r['spill_bytes']:5} {r['shared']:7} "
+        print(f"{r['id']:66} {r['registers']:4} {r['maxnreg']:4} {r['spill_bytes']:5} {r['shared']:7} "
               f"{r['shared_limit']:7} {r['seconds']:5}  {'; '.join(problems_of(r))}")
     return 1 if any(problems_of(r) for r in results) else 0
 

@@ -11,10 +11,14 @@ For a supported problem each applicable kernel gives one candidate, with the con
 ``bwd_data_gather``  data gradient, any 1D/2D geometry: the forward kernel once per stride phase, on ``dy``
                      and the transposed, flipped weight restricted to the phase's taps
 ``bwd_data_box``     the same with ``dy`` as TMA boxes (output channels a multiple of 8)
+``bwd_weight_gather``  weight gradient, any 1D/2D geometry: per-tap GEMMs over the pixels (``dy`` by TMA, ``x``
+                     gathered by a producer partition), the reduction split into float32 partials summed in
+                     a fixed order
+``bwd_weight_box``   the same at stride 1 with input channels a multiple of 8: ``dy`` and ``x`` as TMA boxes
 ===================  =====================================================================================
 
 Both ways of bringing the input are offered where both apply; the core ranks them (estimates, later
-measured tables). The weight gradient is not implemented yet.
+measured tables).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import functools
 import re
 
 import torch
+from conv_core.arch import spec
 from conv_core.candidate import Candidate, Declined
 from conv_core.estimate import estimate_us
 from conv_core.problem import ConvProblem
@@ -36,7 +41,7 @@ DTYPES = ("float16", "bfloat16")
 #: Result dtypes the epilogue writes.
 OUT_DTYPES = ("float16", "bfloat16", "float32")
 #: Directions with kernels.
-DIRECTIONS = ("fwd", "bwd_data")
+DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
 
 
 def arch_issue(arch: str) -> str | None:
@@ -79,12 +84,16 @@ def decline_reason(problem: ConvProblem, device: torch.device) -> str | None:
     if problem.weight_dtype != problem.dtype:
         return (f"weight dtype {problem.weight_dtype} differs from the input dtype {problem.dtype}; mixed operands "
                 "are not supported")
+    if problem.direction != "fwd" and problem.out_dtype != problem.dtype:
+        return (f"output gradient dtype {problem.out_dtype} differs from the input dtype {problem.dtype}; mixed "
+                "operands are not supported")
     if problem.result_dtype not in OUT_DTYPES:
         return f"result dtype {problem.result_dtype} is not supported; supported: {', '.join(OUT_DTYPES)}"
     if problem.layout != "channels_last":
         return (f"layout {problem.layout} is not supported: the kernels read and write channels-last (NHWC) "
                 "tensors; use memory_format=torch.channels_last")
-    return plan.int32_issue(problem, configs.select(configs.table_for(problem.arch), "fwd_gather", problem))
+    gather = plan.KERNELS[plan.DIRECTION_KERNELS[problem.direction][0]]
+    return plan.int32_issue(problem, configs.select(configs.table_for(problem.arch), gather, problem))
 
 
 def kernels_for(problem: ConvProblem, tab: configs.ArchTable) -> tuple[str, ...]:
@@ -101,37 +110,48 @@ def candidates(problem: ConvProblem, device: torch.device) -> list[Candidate | D
     reason = decline_reason(problem, device)
     if reason:
         return [Declined(BACKEND, reason)]
+    tab = configs.table_for(problem.arch)
+    return [candidate(problem, kernel, configs.select(tab, plan.KERNELS[kernel], problem), tab)
+            for kernel in kernels_for(problem, tab)]
+
+
+def candidate(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab: configs.ArchTable) -> Candidate:
+    """``kernel`` with ``config`` on a supported ``problem``: what the hook offers with the table's choice,
+    and what the offline sweep (:mod:`conv_gluon.sweep`) times with each configuration of its space."""
     from . import launch  # torch only; Gluon is imported on the first run
 
-    tab = configs.table_for(problem.arch)
-    forward = problem.direction == "fwd"
-    make, run = (plan.make_plan, launch.run) if forward else (plan.make_bwd_data_plan, launch.run_bwd_data)
-    result = []
-    for kernel in kernels_for(problem, tab):
-        p = make(problem, kernel, configs.select(tab, plan.KERNELS[kernel], problem), tab)
-        result.append(Candidate(BACKEND, kernel, p.config_name, run=functools.partial(run, problem, p),
-                                estimate_us=estimate(problem, p, tab), tags=tags(p, tab),
-                                workspace_bytes=p.workspace_bytes))
-    return result
+    make, run = {"fwd": (plan.make_plan, launch.run), "bwd_data": (plan.make_bwd_data_plan, launch.run_bwd_data),
+                 "bwd_weight": (plan.make_bwd_weight_plan, launch.run_bwd_weight)}[problem.direction]
+    p = make(problem, kernel, config, tab)
+    return Candidate(BACKEND, kernel, p.config_name, run=functools.partial(run, problem, p),
+                     estimate_us=estimate(problem, p, tab), tags=tags(p, tab), workspace_bytes=p.workspace_bytes)
 
 
-def tags(p: plan.Plan | plan.DataGradPlan, tab: configs.ArchTable) -> frozenset[str]:
-    """``deterministic`` (no atomics, a fixed reduction order per tile), ``cuda_graph_safe`` (no host
-    synchronisation; weight copies are rebuilt inside a capture), ``needs_workspace`` with a weight copy
-    (padded, or a data-gradient phase's), ``experimental`` while the architecture's table is not measured."""
+AnyPlan = plan.Plan | plan.DataGradPlan | plan.WeightGradPlan
+
+
+def tags(p: AnyPlan, tab: configs.ArchTable) -> frozenset[str]:
+    """``deterministic`` (no atomics, a fixed reduction order per tile, and for the weight gradient per split
+    and over the splits), ``cuda_graph_safe`` (no host synchronisation; weight copies are rebuilt inside a
+    capture, workspaces come from torch's allocator), ``needs_workspace`` with a weight copy (padded, or a
+    data-gradient phase's) or the weight gradient's float32 partials or padded ``dy``, ``experimental`` while
+    the kernel's family is not measured on the architecture (:meth:`configs.ArchTable.is_measured`)."""
     result = {"deterministic", "cuda_graph_safe"}
     if p.workspace_bytes:
         result.add("needs_workspace")
-    if not tab.measured:
+    if not tab.is_measured(plan.KERNELS[p.kernel]):
         result.add("experimental")
     return frozenset(result)
 
 
-def estimate(problem: ConvProblem, p: plan.Plan | plan.DataGradPlan, tab: configs.ArchTable) -> float:
+def estimate(problem: ConvProblem, p: AnyPlan, tab: configs.ArchTable) -> float:
     """Roofline estimate with the table's efficiencies (guesses until measured), the compute efficiency
     scaled by the fraction of the tiles' matrix work that is real (:func:`tiling.utilization`; for the data
-    gradient, over its phases' launches, one launch each)."""
+    gradient, over its phases' launches, one launch each; for the weight gradient, see
+    :func:`weight_grad_estimate`)."""
     eff = tab.efficiency[p.kernel]
+    if isinstance(p, plan.WeightGradPlan):
+        return weight_grad_estimate(problem, p, tab)
     launches = [ph.plan for ph in p.phases] if isinstance(p, plan.DataGradPlan) else [p]
     real = done = 0.0
     for lp in launches:
@@ -143,3 +163,15 @@ def estimate(problem: ConvProblem, p: plan.Plan | plan.DataGradPlan, tab: config
         done += work / tiling.utilization(g, lp.tiles, c.block_m, c.block_n, c.block_k)
     used = real / done if done else 1.0
     return estimate_us(problem, eff["compute"] * used, eff["memory"], launches=max(1, len(launches)))
+
+
+def weight_grad_estimate(problem: ConvProblem, p: plan.WeightGradPlan, tab: configs.ArchTable) -> float:
+    """The roofline with the kernel's efficiencies, the compute scaled by the real fraction of the tiles'
+    work (:func:`tiling.weight_grad_utilization`) and by how evenly the units fill the SMs' waves; plus the
+    workspaces' round trips through memory (float32 partials, padded ``dy``) and the second stage's launch."""
+    eff = tab.efficiency[p.kernel]
+    grid, c = p.grid, p.config
+    used = tiling.weight_grad_utilization(tiling.Geometry.of(problem), grid, c.block_m, c.block_n, c.block_k)
+    used *= grid.num_units / (-(-grid.num_units // tab.num_sms) * tab.num_sms)
+    time = estimate_us(problem, eff["compute"] * used, eff["memory"], launches=2 if p.split else 1)
+    return time + 2 * p.workspace_bytes / (spec(problem.arch).copy_tbps * 1e6 * eff["memory"])

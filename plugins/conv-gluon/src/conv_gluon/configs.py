@@ -6,6 +6,7 @@ every time, from the table measured (or, while ``measured`` is false, reasoned) 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -13,13 +14,17 @@ from dataclasses import dataclass
 from importlib import resources
 
 from conv_core.problem import ConvProblem
+from conv_core.sweep import layer_key, read_swept
 
 #: Kernel families with tables: one per candidate kernel (their producers leave the consumer different
 #: register budgets, so their largest tiles differ).
-FAMILIES = ("fwd_gather", "fwd_box")
+FAMILIES = ("fwd_gather", "fwd_box", "bwd_weight_gather", "bwd_weight_box")
+
+#: Families of the weight-gradient kernel (``kernels/bwd_weight.py``): their tiles are read differently.
+WEIGHT_GRAD_FAMILIES = ("bwd_weight_gather", "bwd_weight_box")
 
 #: Conditions a bucket may have.
-CONDITIONS = ("max_m", "max_n", "max_red", "dtypes")
+CONDITIONS = ("max_m", "max_n", "max_red", "n_multiple_of", "dtypes")
 
 #: Input dtypes the kernels take.
 DTYPES = ("float16", "bfloat16")
@@ -30,7 +35,9 @@ A_MODES = ("cp_async", "registers", "tma_box")
 
 @dataclass(frozen=True)
 class TileConfig:
-    """One configuration of the forward kernel."""
+    """One configuration of a kernel: for the forward, a ``BLOCK_M`` (pixels) x ``BLOCK_N`` (output channels)
+    tile reduced ``BLOCK_K`` input channels per k-step; for the weight gradient, a ``BLOCK_M`` (output
+    channels) x ``BLOCK_N`` (input channels) tile of ``dW`` reduced ``BLOCK_K`` pixels per k-step."""
 
     block_m: int
     block_n: int
@@ -42,20 +49,36 @@ class TileConfig:
     KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "num_warps")
 
     @classmethod
-    def from_dict(cls, raw: dict) -> TileConfig:
+    def from_dict(cls, raw: dict, family: str = "fwd_gather") -> TileConfig:
         if set(raw) != set(cls.KEYS):
             raise ValueError(f"configuration {raw} must have exactly the keys {sorted(cls.KEYS)}")
         config = cls(*(raw[k] for k in cls.KEYS))
-        config.check()
+        config.check(family)
         return config
 
-    def check(self) -> None:
-        """The shapes the kernel can take (raises ``ValueError`` naming the offending field)."""
-        def need(ok: bool, why: str) -> None:
-            if not ok:
-                raise ValueError(f"configuration {self.name}: {why}")
+    def _need(self, ok: bool, why: str) -> None:
+        if not ok:
+            raise ValueError(f"configuration {self.name}: {why}")
 
+    def check(self, family: str = "fwd_gather") -> None:
+        """The shapes ``family``'s kernel can take (raises ``ValueError`` naming the offending field)."""
+        need = self._need
         need(self.num_warps in (4, 8), "num_warps must be 4 (one consumer warpgroup) or 8 (two)")
+        need(self.stages >= 2, "STAGES must be at least 2")
+        need(self.group_m >= 1, "GROUP_M must be at least 1")
+        need(self.block_m * self.block_n // (32 * self.num_warps) <= 128,
+             "the float32 accumulator must stay within 128 registers per consumer thread")
+        if family in WEIGHT_GRAD_FAMILIES:
+            self._check_weight_grad()
+        else:
+            self._check_forward()
+        need(all(b & (b - 1) == 0 for b in (self.block_m, self.block_n, self.block_k)),
+             "BLOCK_M, BLOCK_N and BLOCK_K must be powers of two (Gluon tensor shapes)")
+
+    def _check_forward(self) -> None:
+        """The forward's tile: ``BLOCK_M`` pixels over the warpgroups' 64-row ``wgmma``s, ``BLOCK_N`` output
+        channels as the ``wgmma`` N, ``BLOCK_K`` input channels per k-step."""
+        need = self._need
         groups = self.num_warps // 4
         need(self.block_m in (64, 128, 256), "BLOCK_M must be 64, 128 or 256 (wgmma rows: 64 per instruction)")
         need(self.block_m >= 128, "BLOCK_M must be at least 128: the single-element gather gives each of the "
@@ -64,10 +87,25 @@ class TileConfig:
              "BLOCK_N / warpgroups must be a multiple of 8 in 8..256 (wgmma N)")
         need(self.block_k in (16, 32, 64), "BLOCK_K must be 16, 32 or 64 (16-bit rows of at most 128 bytes: "
                                            "one swizzle line, the widest TMA box row)")
-        need(self.stages >= 2, "STAGES must be at least 2")
-        need(self.group_m >= 1, "GROUP_M must be at least 1")
-        need(self.block_m * self.block_n // (32 * self.num_warps) <= 128,
-             "the float32 accumulator must stay within 128 registers per consumer thread")
+
+    def _check_weight_grad(self) -> None:
+        """The weight gradient's tile: ``BLOCK_M`` output channels split into 64-row ``wgmma``s per
+        warpgroup, ``BLOCK_N`` input channels as the ``wgmma`` N (per warpgroup when two share N), ``BLOCK_K``
+        pixels: a multiple of the ``wgmma`` K (16) and of a swizzle's 8 rows, within a TMA box dimension."""
+        need = self._need
+        warps_n = max(1, min(self.num_warps // 4, self.block_n // 128))  # tiling.warpgroup_split
+        rows_per_group = self.block_m // (self.num_warps // 4 // warps_n)
+        need(self.block_m in (64, 128, 256) and rows_per_group % 64 == 0,
+             "BLOCK_M must be 64, 128 or 256 and give each consumer warpgroup a multiple of 64 rows (wgmma M)")
+        need(self.block_n % (8 * warps_n) == 0 and 8 <= self.block_n // warps_n <= 256,
+             "BLOCK_N / warpgroups along N must be a multiple of 8 in 8..256 (wgmma N)")
+        need(self.block_k in (32, 64, 128), "BLOCK_K must be 32, 64 or 128 pixels (wgmma K steps of 16, whole "
+                                            "swizzle rows, a TMA box dimension of at most 256)")
+
+    def as_dict(self) -> dict:
+        """The configuration as ``configs.json`` writes it."""
+        return dict(zip(self.KEYS, (self.block_m, self.block_n, self.block_k, self.stages, self.group_m,
+                                    self.num_warps)))
 
     @property
     def name(self) -> str:
@@ -86,6 +124,7 @@ class Bucket:
         return ((w.get("max_m") is None or view["m"] <= w["max_m"])
                 and (w.get("max_n") is None or view["n"] <= w["max_n"])
                 and (w.get("max_red") is None or view["red"] <= w["max_red"])
+                and (w.get("n_multiple_of") is None or view["n"] % w["n_multiple_of"] == 0)
                 and (w.get("dtypes") is None or dtype in w["dtypes"]))
 
 
@@ -95,6 +134,21 @@ class Producer:
 
     warps: int
     regs: int
+
+
+@dataclass(frozen=True)
+class WeightGradLimits:
+    """How the weight gradient's reduction is split (``tiling.choose_split_steps``) and summed back."""
+
+    unit_overhead_steps: float
+    min_split_steps: int
+    max_splits: int
+    max_workspace_bytes: int
+    #: the second stage: elements per program and warps
+    reduce_block: int
+    reduce_warps: int
+    #: the producer partition per way of bringing x (it decodes every k-step's pixels: more registers)
+    producers: dict[str, Producer]
 
 
 @dataclass(frozen=True)
@@ -113,6 +167,14 @@ class ArchTable:
     families: dict[str, tuple[Bucket, ...]]
     #: candidate kernel -> {"compute": fraction, "memory": fraction}
     efficiency: dict
+    weight_grad: WeightGradLimits
+    #: family -> layer key (:func:`conv_core.sweep.layer_key`) -> the offline sweep's measured winner
+    layers: dict[str, dict[str, TileConfig]] = dataclasses.field(default_factory=dict)
+
+    def is_measured(self, family: str) -> bool:
+        """Whether ``family``'s configurations were timed on this architecture: the whole table marked
+        measured, or the family swept (``python -m conv_gluon.sweep``); else its candidates are experimental."""
+        return self.measured or family in self.layers
 
     def box_widths_for(self, block_n: int) -> tuple[int, ...]:
         """The box widths a tile of ``block_n`` output channels may take."""
@@ -120,8 +182,9 @@ class ArchTable:
         return widths if block_n >= min_n else self.box_widths
 
     def configs(self, family: str) -> tuple[TileConfig, ...]:
-        """Every configuration of ``family``, each once, in table order."""
-        return tuple(dict.fromkeys(b.config for b in self.families[family]))
+        """Every configuration the table can give ``family`` (buckets, then swept layers), each once."""
+        found = [b.config for b in self.families[family]] + list(self.layers.get(family, {}).values())
+        return tuple(dict.fromkeys(found))
 
 
 @functools.cache
@@ -144,7 +207,7 @@ def table(name: str) -> ArchTable:
             unknown = set(raw.get("when", {})) - set(CONDITIONS)
             if unknown:
                 raise ValueError(f"configs.json {name}.{family}: unknown conditions {sorted(unknown)}")
-            buckets.append(Bucket(raw.get("when", {}), TileConfig.from_dict(raw["config"])))
+            buckets.append(Bucket(raw.get("when", {}), TileConfig.from_dict(raw["config"], family)))
         if not buckets or buckets[-1].when:
             raise ValueError(f"configs.json {name}.{family}: the last bucket must have no condition")
         families[family] = tuple(buckets)
@@ -156,7 +219,39 @@ def table(name: str) -> ArchTable:
         raise ValueError(f"configs.json {name}: box widths {widths}, {wide[1]} must be multiples of 8")
     regs = entry["registers"]
     return ArchTable(name, bool(entry["measured"]), int(entry["num_sms"]), int(regs["per_sm"]),
-                     int(regs["max_per_thread"]), producers, widths, wide, families, entry["efficiency"])
+                     int(regs["max_per_thread"]), producers, widths, wide, families, entry["efficiency"],
+                     _weight_grad_limits(name, entry["bwd_weight"]), _swept_layers(name))
+
+
+def swept_path(name: str):
+    """Where the offline sweep's measured exact-layer winners for ``name`` live (``data/swept/<name>.json``)."""
+    return resources.files("conv_gluon").joinpath(f"data/swept/{name}.json")
+
+
+def _swept_layers(name: str) -> dict[str, dict[str, TileConfig]]:
+    """The sweep's winners for architecture ``name`` (none until it was swept), checked like the buckets."""
+    swept = read_swept(swept_path(name))
+    if not swept.get("measured"):
+        return {}
+    unknown = sorted(set(swept["layers"]) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"data/swept/{name}.json: unknown families {unknown}")
+    return {family: {key: TileConfig.from_dict(raw, family) for key, raw in entries.items()}
+            for family, entries in swept["layers"].items()}
+
+
+def _weight_grad_limits(name: str, raw: dict) -> WeightGradLimits:
+    split, reduce = raw["split"], raw["reduce"]
+    producers = {mode: Producer(**raw["producers"][mode]) for mode in A_MODES}
+    limits = WeightGradLimits(float(split["unit_overhead_steps"]), int(split["min_split_steps"]),
+                              int(split["max_splits"]), int(split["max_workspace_mb"]) << 20, int(reduce["BLOCK"]),
+                              int(reduce["num_warps"]), producers)
+    if limits.max_workspace_bytes // 4 > 2**31 - 1 or limits.max_splits < 1 or limits.min_split_steps < 1:
+        raise ValueError(f"configs.json {name}.bwd_weight: max_workspace_mb must keep the float32 partials within "
+                         "32-bit offsets (8 GiB); max_splits and min_split_steps at least 1")
+    if limits.reduce_block % (32 * limits.reduce_warps):
+        raise ValueError(f"configs.json {name}.bwd_weight.reduce: BLOCK must be a multiple of 32 x num_warps")
+    return limits
 
 
 def table_for(arch: str) -> ArchTable | None:
@@ -168,8 +263,12 @@ def table_for(arch: str) -> ArchTable | None:
 def gemm_view(problem: ConvProblem) -> dict[str, int]:
     """What the buckets are chosen on, per group: ``m`` output pixels, ``n`` output channels, ``red`` input
     channels (the reduction per tap) of the forward launch; for the data gradient, of one stride phase's
-    launch (``dx`` pixels per phase, the input channels as output, the output channels reduced)."""
+    launch (``dx`` pixels per phase, the input channels as output, the output channels reduced); for the
+    weight gradient, its per-tap GEMM (``m`` output channels, ``n`` input channels, ``red`` output pixels)."""
     g = problem.groups
+    if problem.direction == "bwd_weight":
+        return {"m": problem.out_channels // g, "n": problem.in_channels // g,
+                "red": problem.batch * math.prod(problem.output_size)}
     if problem.direction == "bwd_data":
         return {"m": problem.batch * math.prod(problem.input_size) // math.prod(problem.stride),
                 "n": problem.in_channels // g, "red": problem.out_channels // g}
@@ -178,7 +277,10 @@ def gemm_view(problem: ConvProblem) -> dict[str, int]:
 
 
 def select(tab: ArchTable, family: str, problem: ConvProblem) -> TileConfig:
-    """The configuration for ``problem``: the first bucket that matches."""
+    """The configuration for ``problem``: its measured exact-layer entry, else the first bucket that matches."""
+    exact = tab.layers.get(family, {}).get(layer_key(problem))
+    if exact is not None:
+        return exact
     view = gemm_view(problem)
     for bucket in tab.families[family]:
         if bucket.matches(view, problem.dtype):

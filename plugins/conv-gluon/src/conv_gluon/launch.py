@@ -4,8 +4,9 @@ The plan was made for dense channels-last operands (what the core hands to ``run
 or whose data is not 16-byte aligned (TMA and 16-byte copies need it), is copied into a fresh dense tensor
 first, and an ``out`` with other strides gets the result through a dense temporary. Gluon is imported on
 the first run, not before (the hook module must load where it is missing). Nothing here synchronises with
-the host; the only allocation is the result (and, on a cache miss, the padded weight), from torch's
-caching allocator.
+the host; the only allocations are the result (and, on a cache miss, the padded weight; for the weight
+gradient, its float32 partials and, for output channels that are not whole 16-byte rows, a padded copy of
+``dy``), from torch's caching allocator.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from conv_core.problem import ConvProblem, empty_strided_for, is_dense_in
 
 from . import tiling, weights
-from .plan import TMA_ALIGN, DataGradPlan, Plan
+from .plan import TMA_ALIGN, DataGradPlan, Plan, WeightGradPlan
 
 LAYOUT = "channels_last"
 
@@ -74,6 +75,54 @@ def run_bwd_data(problem: ConvProblem, plan: DataGradPlan, dy: torch.Tensor, w: 
     return result
 
 
+def run_bwd_weight(problem: ConvProblem, plan: WeightGradPlan, x: torch.Tensor, dy: torch.Tensor, *,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """Compute the weight gradient of ``problem`` from ``x`` and ``dy``: the per-tap GEMM kernel over the
+    plan's units and, when the reduction is split, the sum of its float32 partials (``kernels/bwd_weight.py``)."""
+    x = x if _usable(x) else _dense_copy(x)
+    dy = dy if _usable(dy) else _dense_copy(dy)
+    if out is not None and not _usable(out):
+        out.copy_(run_bwd_weight(problem, plan, x, dy))
+        return out
+    result = problem.empty_result(x.device) if out is None else out
+    with _on(x.device):
+        _launch_weight_grad(plan, x, dy, result)
+    return result
+
+
+def dy_matrix(plan: WeightGradPlan, dy: torch.Tensor) -> torch.Tensor:
+    """``dy`` (dense channels-last) as the ``[J, dy_channels]`` matrix the kernel's TMA reads: a view, or a copy
+    whose rows are padded to 16 bytes with zeros (the pad only ever feeds tile rows the epilogue drops, but
+    zeros keep every value the tensor cores see finite)."""
+    flat = dy.movedim(1, -1).reshape(plan.pixels, plan.out_channels)
+    if plan.dy_channels == plan.out_channels:
+        return flat
+    groups = dict(plan.scalars)["GROUPS"]
+    k_g = plan.out_channels // groups
+    padded = torch.empty((plan.pixels, groups, plan.dy_channels // groups), dtype=dy.dtype, device=dy.device)
+    padded[:, :, :k_g].copy_(flat.view(plan.pixels, groups, k_g))
+    padded[:, :, k_g:].zero_()
+    return padded.view(plan.pixels, plan.dy_channels)
+
+
+def _launch_weight_grad(plan: WeightGradPlan, x: torch.Tensor, dy: torch.Tensor, result: torch.Tensor) -> None:
+    from . import descriptors
+    from .kernels.bwd_weight import conv_bwd_weight, sum_splits
+
+    dy_desc = descriptors.build(dy_matrix(plan, dy), plan.dy_map)
+    x_arg = descriptors.build(x, plan.x_map) if plan.x_map is not None else x
+    # one split: the units write dW itself; several: each its split's float32 slice, summed in split order
+    target = torch.empty(plan.splits * plan.partial_numel, dtype=torch.float32, device=x.device) if plan.split \
+        else result
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    grid = (tiling.persistent_programs(plan.grid.num_units, sm_count(index)),)
+    conv_bwd_weight[grid](dy_desc, x_arg, target, **dict(plan.scalars), **dict(plan.constexprs),
+                          num_warps=plan.num_warps, maxnreg=plan.maxnreg)
+    if plan.split:
+        sum_splits[(plan.reduce.programs,)](target, result, **plan.sum_scalars, BLOCK=plan.reduce.block,
+                                           num_warps=plan.reduce.num_warps)
+
+
 def _on(device: torch.device):
     """The device's context when it is not the current one (launches go to the current device)."""
     if device.index is not None and device.index != torch.cuda.current_device():
@@ -100,7 +149,7 @@ def _launch_matrix(plan: Plan, x: torch.Tensor, matrix: torch.Tensor, bias: torc
                    **dict(plan.constexprs), num_warps=plan.num_warps, maxnreg=plan.maxnreg)
 
 
-def warmup(problem: ConvProblem, plan: Plan | DataGradPlan, device: torch.device) -> None:
+def warmup(problem: ConvProblem, plan: Plan | DataGradPlan | WeightGradPlan, device: torch.device) -> None:
     """Compile the plan's kernel for ``device`` without running it (Triton's JIT caches it for the first run).
 
     Only what the JIT specializes on matters (dtypes, 16-byte alignment, descriptor boxes, arguments equal to
@@ -116,6 +165,9 @@ def warmup(problem: ConvProblem, plan: Plan | DataGradPlan, device: torch.device
     def placeholder(dtype: str) -> torch.Tensor:
         return torch.empty(64, dtype=torch_dtype(dtype), device=device)
 
+    if isinstance(plan, WeightGradPlan):
+        _warmup_weight_grad(problem, plan, placeholder)
+        return
     a_dtype, w_dtype = problem.operand_dtypes
     launches = [(ph.plan, ph.y_offset) for ph in plan.phases] if isinstance(plan, DataGradPlan) else [(plan, 0)]
     for p, y_offset in launches:
@@ -126,3 +178,20 @@ def warmup(problem: ConvProblem, plan: Plan | DataGradPlan, device: torch.device
         y = dummy[y_offset % (TMA_ALIGN // dummy.element_size()):]
         conv_fwd.warmup(x_arg, w_desc, dummy, y, **dict(p.scalars), **dict(p.constexprs), num_warps=p.num_warps,
                         maxnreg=p.maxnreg, grid=(1,))
+
+
+def _warmup_weight_grad(problem: ConvProblem, plan: WeightGradPlan, placeholder) -> None:
+    """:func:`warmup` of the weight gradient's two kernels (the second only when the reduction is split)."""
+    from . import descriptors, plan as plans
+    from .kernels.bwd_weight import conv_bwd_weight, sum_splits
+
+    dtypes = plans.role_dtypes(problem, plan)
+    dy_desc = descriptors.build(placeholder(dtypes["dy_desc"]), plan.dy_map)
+    x = placeholder(dtypes["x"])
+    x_arg = descriptors.build(x, plan.x_map) if plan.x_map is not None else x
+    target = placeholder(dtypes["out_ptr"])
+    conv_bwd_weight.warmup(dy_desc, x_arg, target, **dict(plan.scalars), **dict(plan.constexprs),
+                           num_warps=plan.num_warps, maxnreg=plan.maxnreg, grid=(1,))
+    if plan.split:
+        sum_splits.warmup(target, placeholder(plan.result_dtype), **plan.sum_scalars, BLOCK=plan.reduce.block,
+                          num_warps=plan.reduce.num_warps, grid=(1,))

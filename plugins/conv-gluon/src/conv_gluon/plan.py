@@ -3,10 +3,12 @@
 :func:`make_plan` maps ``(problem, candidate kernel, configuration, arch table)`` to a :class:`Plan`: the
 way the input tile is brought (``a_mode``), the tile grid, the scalar and constexpr arguments of
 ``kernels.fwd.conv_fwd``, the register limit, the weight matrix (a free view of the channels-last weight
-or a zero-padded copy) and the TMA descriptors to build. It needs no tensors and imports no Gluon: the
-operands ``Candidate.run`` receives are dense channels-last, so every stride follows from the problem.
-The same plan drives the launch (:mod:`conv_gluon.launch`) and the compile checks (:mod:`conv_gluon.aot`),
-so the compile checks compile exactly what runs.
+or a zero-padded copy) and the TMA descriptors to build. The data gradient is a list of such plans, one per
+stride phase (:func:`make_bwd_data_plan`); the weight gradient has its own kernel and
+:class:`WeightGradPlan` (:func:`make_bwd_weight_plan`: units, split, workspace, the second stage). Plans need
+no tensors and import no Gluon: the operands ``Candidate.run`` receives are dense channels-last, so every
+stride follows from the problem. The same plan drives the launch (:mod:`conv_gluon.launch`) and the compile
+checks (:mod:`conv_gluon.aot`), so the compile checks compile exactly what runs.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from .tiling import Geometry, TileGrid
 #: Candidate kernels (the ``kernel`` part of the id) -> the configuration family they take. The data gradient
 #: runs the forward kernel (one launch per stride phase), so it takes the forward tables.
 KERNELS = {"fwd_gather": "fwd_gather", "fwd_box": "fwd_box", "bwd_data_gather": "fwd_gather",
-           "bwd_data_box": "fwd_box"}
+           "bwd_data_box": "fwd_box", "bwd_weight_gather": "bwd_weight_gather", "bwd_weight_box": "bwd_weight_box"}
 
-#: The candidate kernels of each direction.
-DIRECTION_KERNELS = {"fwd": ("fwd_gather", "fwd_box"), "bwd_data": ("bwd_data_gather", "bwd_data_box")}
+#: The candidate kernels of each direction: (gathering, TMA boxes).
+DIRECTION_KERNELS = {"fwd": ("fwd_gather", "fwd_box"), "bwd_data": ("bwd_data_gather", "bwd_data_box"),
+                     "bwd_weight": ("bwd_weight_gather", "bwd_weight_box")}
 
 #: Largest element count of any tensor the kernels index with 32-bit offsets.
 INT32_ELEMENTS = 2**31 - 1
@@ -103,15 +106,24 @@ class Plan:
         """Memory beyond the result: the zero-padded weight copy, when there is one (cached per weight)."""
         return self.weight.numel * element_size(self.dtype) if self.weight.packed else 0
 
+    @property
+    def tensor_maps(self) -> dict[str, TensorMap]:
+        """The kernel's descriptor arguments: name -> what to build."""
+        return {"w_desc": self.w_map, **({"x": self.x_map} if self.x_map is not None else {})}
+
 
 # ---- support ------------------------------------------------------------------------------------------
 
 
 def int32_issue(problem: ConvProblem, config: TileConfig | None = None) -> str | None:
-    """Why 32-bit offsets cannot address the problem's tensors (the padded weight matrix included), or None."""
+    """Why 32-bit offsets cannot address the problem's tensors (the padded weight matrix, or the weight
+    gradient's padded output gradient, included), or None. (The weight gradient's float32 partials are bounded
+    by the table's ``max_workspace_mb``, within 32-bit offsets.)"""
     shapes = [("input", math.prod(problem.input_shape)), ("weight", math.prod(problem.weight_shape)),
               ("output", math.prod(problem.output_shape))]
-    if config is not None and problem.ndim in (1, 2):
+    if problem.direction == "bwd_weight":
+        shapes.append(("padded output gradient", Geometry.of(problem).pixels * dy_channels(problem)))
+    elif config is not None and problem.ndim in (1, 2):
         shapes.append(("padded weight", weight_matrix(problem, config).numel))
     for what, numel in shapes:
         if numel > INT32_ELEMENTS:
@@ -126,16 +138,23 @@ def box_issue(problem: ConvProblem, config: TileConfig) -> str | None:
     if problem.direction == "bwd_data":  # every phase is a stride-1 convolution of dy (output channels)
         return _box_issue(Geometry(g.batch, g.groups, g.cout, g.cin, g.p, g.q, g.h, g.w, g.r, g.s, (1, 1), g.pad,
                                    g.dil), problem.out_channels, problem.dtype, config, "output gradient")
-    return _box_issue(g, problem.in_channels, problem.dtype, config, "input")
+    # the weight gradient's channels are its GEMM's M and N, not its reduction: a box may read into the next
+    # group's channels (they only feed tile rows and columns the epilogue drops), but must start on 16 bytes
+    if problem.direction == "bwd_weight" and g.groups > 1 and g.cin * element_size(problem.dtype) % TMA_ALIGN:
+        return (f"groups={g.groups} with {g.cin} input channels per group: a group's box would start inside a "
+                f"{TMA_ALIGN}-byte run, which TMA cannot")
+    return _box_issue(g, problem.in_channels, problem.dtype, config, "input",
+                      whole_blocks=problem.direction == "fwd")
 
 
-def _box_issue(g: Geometry, channels: int, dtype: str, config: TileConfig, what: str) -> str | None:
+def _box_issue(g: Geometry, channels: int, dtype: str, config: TileConfig, what: str,
+               whole_blocks: bool = True) -> str | None:
     if g.stride != (1, 1):
         return f"stride {g.stride}: a box of output pixels maps to a box of input pixels at stride 1 only"
     if channels * element_size(dtype) % TMA_ALIGN:
         return (f"{channels} {what} channels: a pixel's channels must span a multiple of {TMA_ALIGN} bytes for "
                 "TMA (8 channels of a 16-bit dtype)")
-    if g.groups > 1 and g.cin % config.block_k:
+    if whole_blocks and g.groups > 1 and g.cin % config.block_k:
         return (f"groups={g.groups} with {g.cin} {what} channels per group, not a multiple of "
                 f"BLOCK_K={config.block_k}: a box would read the next group's channels")
     return None
@@ -168,14 +187,19 @@ def dense_nhwc_strides(batch: int, h: int, w: int, c: int) -> tuple[int, int, in
     return h * w * c, w * c, c
 
 
+def check_kernel(problem: ConvProblem, direction: str, kernel: str, config: TileConfig) -> None:
+    """Raise ``ValueError`` unless ``kernel`` is one of ``direction``'s and can run ``problem`` with ``config``
+    (a box kernel needs :func:`box_issue` to find nothing)."""
+    if kernel not in DIRECTION_KERNELS[direction]:
+        raise ValueError(f"unknown {direction} kernel {kernel!r}; known: {DIRECTION_KERNELS[direction]}")
+    issue = box_issue(problem, config) if kernel.endswith("_box") else None
+    if issue:
+        raise ValueError(f"{kernel} cannot run {problem.key}: {issue}")
+
+
 def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
     """The forward launch of candidate kernel ``kernel`` (``fwd_gather`` or ``fwd_box``) with ``config``."""
-    if kernel not in DIRECTION_KERNELS["fwd"]:
-        raise ValueError(f"unknown forward kernel {kernel!r}; known: {DIRECTION_KERNELS['fwd']}")
-    if kernel == "fwd_box":
-        issue = box_issue(problem, config)
-        if issue:
-            raise ValueError(f"fwd_box cannot run {problem.key}: {issue}")
+    check_kernel(problem, "fwd", kernel, config)
     g = Geometry.of(problem)
     return geometry_plan(kernel, g, config, tab, dtype=problem.dtype, in_channels=problem.in_channels,
                          out_channels=problem.out_channels, bias=problem.bias, activation=problem.activation,
@@ -267,12 +291,7 @@ def make_bwd_data_plan(problem: ConvProblem, kernel: str, config: TileConfig, ta
     group) and restricted to the phase's taps in the phase's order; its output strides step over the other
     phases' pixels. Nothing is masked away: each phase multiplies exactly its taps.
     """
-    if kernel not in DIRECTION_KERNELS["bwd_data"]:
-        raise ValueError(f"unknown data-gradient kernel {kernel!r}; known: {DIRECTION_KERNELS['bwd_data']}")
-    if kernel == "bwd_data_box":
-        issue = box_issue(problem, config)
-        if issue:
-            raise ValueError(f"bwd_data_box cannot run {problem.key}: {issue}")
+    check_kernel(problem, "bwd_data", kernel, config)
     g = Geometry.of(problem)
     c_total, k_total = problem.in_channels, problem.out_channels
     k_pad = tiling.channel_blocks(g.cout, config.block_k) * config.block_k
@@ -293,36 +312,219 @@ def make_bwd_data_plan(problem: ConvProblem, kernel: str, config: TileConfig, ta
     return DataGradPlan(kernel, config, tuple(phases), tuple(zeros), problem.dtype)
 
 
+# ---- the weight gradient: units of (split, group, tap, tile), partials summed by a second stage ----------------
+
+
+def dy_group_channels(problem: ConvProblem) -> int:
+    """Where each group's output channels start in ``dy`` as the weight-gradient kernel reads it: every
+    ``K_G`` channels in place, or every ``K_G`` rounded up to 16 bytes in a padded copy. A TMA box must start
+    on a 16-byte boundary (an unaligned start coordinate is an illegal instruction, seen on the H100 with 3
+    channels per group), so a group whose channels are not whole 16-byte runs gets its own padded run."""
+    k_g = problem.out_channels // problem.groups
+    align = TMA_ALIGN // element_size(problem.dtype)
+    return k_g if k_g % align == 0 else -(-k_g // align) * align
+
+
+def dy_channels(problem: ConvProblem) -> int:
+    """The row length of ``dy`` as the weight-gradient kernel reads it (a ``[J, K]`` matrix): ``K``, or the
+    groups' padded runs (a padded copy, :func:`dy_group_channels`; RetinaNet's 36 channels become 40)."""
+    return problem.groups * dy_group_channels(problem)
+
+
+@dataclass(frozen=True)
+class SumLaunch:
+    """The second stage (``kernels/bwd_weight.sum_splits``): ``programs`` programs of ``block`` elements."""
+
+    block: int
+    num_warps: int
+    programs: int
+
+
+@dataclass(frozen=True)
+class WeightGradPlan:
+    """Everything a weight-gradient candidate's ``run`` does: one launch of ``conv_bwd_weight`` and, when the
+    reduction is split, one of ``sum_splits`` over the float32 partials."""
+
+    kernel: str
+    #: how the producer brings the x tile: ``cp_async``, ``registers`` or ``tma_box``
+    x_mode: str
+    config: TileConfig
+    grid: tiling.WeightGradGrid
+    scalars: tuple[tuple[str, int], ...]
+    constexprs: tuple[tuple[str, object], ...]
+    num_warps: int
+    maxnreg: int
+    dy_map: TensorMap
+    x_map: TensorMap | None
+    #: dy's row length as read (``dy_channels``): a padded copy when it differs from the output channels
+    dy_channels: int
+    out_channels: int
+    pixels: int
+    dtype: str
+    result_dtype: str
+    stages: int
+    staging_bytes: int
+    #: elements of dW
+    numel: int
+    #: elements of one float32 partial: dW with each tap's channels padded to ``c_pad``
+    partial_numel: int
+    c_pad: int
+    reduce: SumLaunch
+
+    @property
+    def a_mode(self) -> str:
+        """The input's mode under the forward's name (what the compile checks read)."""
+        return self.x_mode
+
+    @property
+    def config_name(self) -> str:
+        return self.config.name
+
+    @property
+    def splits(self) -> int:
+        return self.grid.splits
+
+    @property
+    def split(self) -> bool:
+        """Whether the units write float32 partials (summed by the second stage) rather than ``dW`` itself."""
+        return self.grid.splits > 1
+
+    @property
+    def partial_bytes(self) -> int:
+        return self.splits * self.partial_numel * 4 if self.split else 0
+
+    @property
+    def dy_copy_bytes(self) -> int:
+        if self.dy_channels == self.out_channels:
+            return 0
+        return self.pixels * self.dy_channels * element_size(self.dtype)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Memory beyond the result, allocated per run: the float32 partials (split) and ``dy``'s padded copy."""
+        return self.partial_bytes + self.dy_copy_bytes
+
+    @property
+    def tensor_maps(self) -> dict[str, TensorMap]:
+        return {"dy_desc": self.dy_map, **({"x": self.x_map} if self.x_map is not None else {})}
+
+    @property
+    def sum_scalars(self) -> dict[str, int]:
+        """The integer arguments of the second stage (``kernels/bwd_weight.sum_splits``)."""
+        return dict(NUMEL=self.numel, C_G=dict(self.scalars)["C_G"], C_PAD=self.c_pad, SPLITS=self.splits,
+                    SPLIT_STRIDE=self.partial_numel)
+
+
+#: The workspace pads each tap's channels to a multiple of this: 64-byte float32 rows, vector stores.
+PARTIAL_CHANNEL_ALIGN = 16
+
+
+def split_costs(config: TileConfig, tab: ArchTable, kernel: str, numel: int) -> tiling.SplitCosts:
+    """The split's trade-offs (:class:`tiling.SplitCosts`) in k-step times of one program: a k-step is
+    ``2 BLOCK_M BLOCK_N BLOCK_K`` flops at the kernel's share of one SM's matrix rate; a partial is ``numel``
+    float32 (the padded ``dW``) written and read back at its share of the copy rate; the workspace bound caps
+    the splits."""
+    arch, eff, limits = spec(tab.name), tab.efficiency[kernel], tab.weight_grad
+    step_us = 2 * config.block_m * config.block_n * config.block_k / (
+        arch.matmul_tflops * 1e6 * eff["compute"] / tab.num_sms)
+    partial_us = 2 * numel * 4 / (arch.copy_tbps * 1e6 * eff["memory"])
+    max_splits = max(1, min(limits.max_splits, limits.max_workspace_bytes // (4 * numel)))
+    return tiling.SplitCosts(tab.num_sms, limits.unit_overhead_steps, partial_us / step_us, arch.launch_us / step_us,
+                             max_splits, limits.min_split_steps)
+
+
+def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable,
+                         split_steps: int | None = None) -> WeightGradPlan:
+    """The weight gradient of ``problem`` with ``bwd_weight_gather`` or ``bwd_weight_box`` and ``config``;
+    ``split_steps`` (k-steps per split) overrides the table's choice (tests)."""
+    check_kernel(problem, "bwd_weight", kernel, config)
+    g = Geometry.of(problem)
+    x_mode = a_mode_of(kernel, g.cin, problem.dtype)
+    producer = tab.weight_grad.producers[x_mode]
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    box = tiling.box_shape(g.p, g.q, bk, tab.box_widths) if x_mode == "tma_box" else None
+    steps, tiles_q, tiles_img = tiling.weight_grad_steps(g, bk, box)
+    numel = math.prod(problem.weight_shape)
+    c_pad = tiling.cdiv(g.cin, PARTIAL_CHANNEL_ALIGN) * PARTIAL_CHANNEL_ALIGN
+    partial_numel = problem.out_channels * g.taps * c_pad
+    tiles_m, tiles_n = tiling.cdiv(g.cout, bm), tiling.cdiv(g.cin, bn)
+    if split_steps is None:
+        split_steps = tiling.choose_split_steps(tiles_m * tiles_n * g.groups * g.taps, steps,
+                                                split_costs(config, tab, kernel, partial_numel))
+    grid = tiling.WeightGradGrid(tiles_m, tiles_n, g.groups, g.taps, steps, split_steps, tiles_q, tiles_img)
+    out_size = element_size(problem.result_dtype) if grid.splits == 1 else 4
+    out_tap = g.cin if grid.splits == 1 else c_pad  # dW itself, or a padded partial
+    stage_out = not tiling.direct_store(g.cin, (g.taps * out_tap,), 0, out_size)
+    staging = tiling.staging_bytes(bm, bn, out_size) if stage_out else 0
+    stages = tiling.fitting_stages(bm, bn, bk, config.stages, element_size(problem.dtype), staging,
+                                   spec(tab.name).shared_memory_bytes)
+    k_pad = dy_channels(problem)
+    sx = dense_nhwc_strides(g.batch, g.h, g.w, problem.in_channels)
+    scalars = dict(J=g.pixels, P=g.p, Q=g.q, H=g.h, W=g.w, C_G=g.cin, K_G=g.cout, S=g.s, TAPS=g.taps,
+                   GROUPS=g.groups, DY_GROUP=dy_group_channels(problem), STRIDE_H=g.stride[0], STRIDE_W=g.stride[1],
+                   PAD_H=g.pad[0], PAD_W=g.pad[1], DIL_H=g.dil[0], DIL_W=g.dil[1], sx_n=sx[0], sx_h=sx[1], sx_w=sx[2],
+                   OUT_ROW=g.taps * out_tap,
+                   OUT_TAP=out_tap, SPLIT_STRIDE=partial_numel, TILES_M=tiles_m, TILES_N=tiles_n,
+                   NUM_UNITS=grid.num_units, STEPS=steps, SPLIT_STEPS=split_steps, TILES_Q=tiles_q,
+                   TILES_IMG=tiles_img)
+    constexprs = dict(X_MODE=A_MODES[x_mode], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages,
+                      GROUP_M=config.group_m, BOX_H=box[0] if box else 1, BOX_W=box[1] if box else 1,
+                      VEC=tiling.vector_width(g.cin), EVEN_C=g.cin % bn == 0, STAGE_OUT=stage_out,
+                      PRODUCER_WARPS=producer.warps, PRODUCER_REGS=producer.regs)
+    if box:
+        dy_map = TensorMap((g.batch, g.p, g.q, k_pad), (*dense_nhwc_strides(g.batch, g.p, g.q, k_pad), 1),
+                           (1, box[0], box[1], bm))
+        x_map = TensorMap((g.batch, g.h, g.w, problem.in_channels), (*sx, 1), (1, box[0], box[1], bn))
+    else:
+        dy_map, x_map = TensorMap((g.pixels, k_pad), (k_pad, 1), (bk, bm)), None
+    limit = tiling.maxnreg(config.num_warps, producer.warps, tab.registers_per_sm, tab.max_registers_per_thread)
+    wg = tab.weight_grad
+    reduce = SumLaunch(wg.reduce_block, wg.reduce_warps, tiling.cdiv(numel, wg.reduce_block))
+    return WeightGradPlan(kernel, x_mode, config, grid, tuple(scalars.items()), tuple(constexprs.items()),
+                          config.num_warps, limit, dy_map, x_map, k_pad, problem.out_channels, g.pixels,
+                          problem.dtype, problem.result_dtype, stages, staging, numel, partial_numel, c_pad, reduce)
+
+
 # ---- ahead-of-time compilation ------------------------------------------------------------------------
 
 #: Triton's names of the pointer element types.
 TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
-def role_dtypes(problem: ConvProblem) -> dict[str, str]:
+def role_dtypes(problem: ConvProblem, plan: Plan | WeightGradPlan | None = None) -> dict[str, str]:
     """Element dtype of each tensor argument of the forward kernel (for the data gradient: ``x`` is ``dy``,
-    ``y_ptr`` is ``dx``)."""
+    ``y_ptr`` is ``dx``), or of the weight-gradient kernel (``out_ptr``: the float32 partials when split)."""
     a, b = problem.operand_dtypes
+    if problem.direction == "bwd_weight":
+        split = plan is not None and plan.split
+        return {"dy_desc": b, "x": a, "out_ptr": "float32" if split else problem.result_dtype}
     return {"x": a, "w_desc": b, "bias_ptr": problem.result_dtype, "y_ptr": problem.result_dtype}
 
 
-def aot_specialization(plan: Plan, arg_names, dtypes: dict[str, str], descriptor_signature,
+def aot_specialization(plan: Plan | WeightGradPlan, arg_names, dtypes: dict[str, str], descriptor_signature,
                        unaligned: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
     """``(signature, constexprs, attrs)`` for ``triton.compile(GluonASTSource(...))``, as Triton's JIT would
     specialize this plan's launch: integer arguments equal to 1 become constexprs, integers and (16-byte
     aligned, as torch allocates) pointers divisible by 16 get the divisibility attribute, but the pointers
     named in ``unaligned`` (a data-gradient phase's output starts inside ``dx``).
     ``descriptor_signature(tensor_map, dtype)`` gives a descriptor argument's type string."""
-    scalars, constexprs = dict(plan.scalars), dict(plan.constexprs)
+    constexprs = dict(plan.constexprs)
     constexprs["num_warps"] = plan.num_warps
+    return specialization(arg_names, dtypes, dict(plan.scalars), constexprs, plan.tensor_maps,
+                          descriptor_signature, unaligned)
+
+
+def specialization(arg_names, dtypes: dict[str, str], scalars: dict[str, int], constexprs: dict[str, object],
+                   tensor_maps: dict[str, TensorMap], descriptor_signature,
+                   unaligned: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
+    """:func:`aot_specialization` of any kernel: descriptors (``tensor_maps``), pointers (the other names of
+    ``dtypes``), integer ``scalars`` and ``constexprs``."""
     signature, consts, attrs = {}, {}, {}
     divisible = [["tt.divisibility", 16]]
     for index, name in enumerate(arg_names):
-        if name == "x" and plan.x_map is not None:
-            signature[name] = descriptor_signature(plan.x_map, dtypes["x"])
-        elif name == "w_desc":
-            signature[name] = descriptor_signature(plan.w_map, dtypes["w_desc"])
-        elif name in ("x", "bias_ptr", "y_ptr"):
+        if name in tensor_maps:
+            signature[name] = descriptor_signature(tensor_maps[name], dtypes[name])
+        elif name in dtypes:
             signature[name] = "*" + TRITON_DTYPE[dtypes[name]]
             if name not in unaligned:
                 attrs[(index,)] = divisible
@@ -337,3 +539,9 @@ def aot_specialization(plan: Plan, arg_names, dtypes: dict[str, str], descriptor
         else:
             signature[name], consts[name] = "constexpr", constexprs[name]
     return signature, consts, attrs
+
+
+def sum_specialization(plan: WeightGradPlan, arg_names) -> tuple[dict, dict, dict]:
+    """:func:`aot_specialization` of the weight gradient's second stage (``kernels/bwd_weight.sum_splits``)."""
+    return specialization(arg_names, {"ws_ptr": "float32", "out_ptr": plan.result_dtype}, plan.sum_scalars,
+                          {"BLOCK": plan.reduce.block, "num_warps": plan.reduce.num_warps}, {}, None)

@@ -32,7 +32,7 @@ def vector_width(channels: int) -> int:
 def gather_thread_shape(block_m: int, block_k: int, vec: int, warps: int) -> tuple[int, int, int]:
     """``(channels per thread, lanes along the channels, rows per thread)`` of the gathering producer's
     tile layout: the twin of ``kernels/fwd.gather_layout`` (see there why)."""
-    if vec == 1:
+    if vec == 1 and block_m >= 32 * warps:
         return block_k, 1, cdiv(block_m, 32 * warps)
     spt = min(block_k, max(vec, block_m * block_k // (32 * warps * 4), block_k // 32))
     lanes_k = block_k // spt
@@ -184,10 +184,16 @@ def ring_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_si
     return stages * ((block_m + block_n) * block_k * element_size + 2 * BARRIER_BYTES)
 
 
+#: Below this, the epilogue's staging takes a tile in one round.
+STAGING_ROUND_BYTES = 8192
+
+
 def staging_bytes(block_m: int, block_n: int, out_element_size: int) -> int:
     """Upper bound of the epilogue's staging through shared memory: half the output tile (triton 3.6's layout
-    conversion takes a half or a quarter, in rounds; the compile checks hold it to this bound)."""
-    return block_m * block_n * out_element_size // 2
+    conversion takes a half or a quarter, in rounds), but a small tile (the weight gradient's 64 x 16) whole,
+    in one round of at most 8 KiB; the compile checks hold it to this bound."""
+    tile = block_m * block_n * out_element_size
+    return min(tile, max(tile // 2, STAGING_ROUND_BYTES))
 
 
 def shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int = 0) -> int:
@@ -247,3 +253,127 @@ def data_gradient_phases(g: Geometry) -> list[tuple[PhaseAxis, PhaseAxis]]:
     rows = [phase_axis(ph, g.h, g.r, g.stride[0], g.pad[0], g.dil[0]) for ph in range(g.stride[0])]
     cols = [phase_axis(pw, g.w, g.s, g.stride[1], g.pad[1], g.dil[1]) for pw in range(g.stride[1])]
     return [(ph, pw) for ph in rows for pw in cols if ph.size and pw.size]
+
+
+# ---- the weight gradient: per-tap GEMMs over the pixels, the reduction split --------------------------------
+
+
+@dataclass(frozen=True)
+class WeightGradGrid:
+    """The work of the weight gradient, cut into *units* (``kernels/bwd_weight.py``).
+
+    Per group and filter tap, ``dW`` is a ``K_G x C_G`` GEMM reduced over the output pixels. Its output is cut
+    into ``tiles_m x tiles_n`` tiles (``BLOCK_M`` output channels x ``BLOCK_N`` input channels); its reduction
+    into ``steps`` k-steps (``BLOCK_K`` consecutive pixels of the flattened batch, or one box of output pixels
+    per step for ``tma_box``), dealt out as ``splits`` ranges of ``split_steps`` consecutive k-steps (the last
+    range may be shorter, never empty). A unit is one (split, group, tap, tile): it reduces its range into a
+    float32 partial tile.
+    """
+
+    tiles_m: int
+    tiles_n: int
+    groups: int
+    taps: int
+    steps: int
+    split_steps: int
+    #: boxes per row of boxes and per image (``tma_box``); 1 for gathered pixel tiles
+    tiles_q: int = 1
+    tiles_img: int = 1
+
+    @property
+    def splits(self) -> int:
+        return cdiv(self.steps, self.split_steps)
+
+    @property
+    def base_units(self) -> int:
+        """Units of one split: every (group, tap, tile)."""
+        return self.tiles_m * self.tiles_n * self.groups * self.taps
+
+    @property
+    def num_units(self) -> int:
+        return self.base_units * self.splits
+
+
+def weight_grad_steps(g: Geometry, block_k: int, box: tuple[int, int] | None) -> tuple[int, int, int]:
+    """``(steps, tiles_q, tiles_img)`` of the weight gradient's reduction: ``BLOCK_K``-pixel slices of the
+    flattened batch, or (``box``) boxes of ``BOX_H x BOX_W`` output pixels of one image."""
+    if box is None:
+        return cdiv(g.pixels, block_k), 1, 1
+    tiles_q = cdiv(g.q, box[1])
+    tiles_img = cdiv(g.p, box[0]) * tiles_q
+    return g.batch * tiles_img, tiles_q, tiles_img
+
+
+def unit_coords(unit: int, tiles_m: int, tiles_n: int, taps: int, groups: int,
+                group_m: int) -> tuple[int, int, int, int, int]:
+    """``(split, group, tap, pid_m, pid_n)`` of unit ``unit``: the twin of ``kernels/bwd_weight.unit_coords``.
+
+    Units are numbered split after split, then group, then tap, then tile (the forward's banded order,
+    :func:`tile_coords`, with (split, group, tap) in the role of its group): the units the persistent programs
+    run at the same time share a range of pixels, so ``dy`` and the taps' overlapping windows of ``x`` are
+    read from L2 rather than memory.
+    """
+    outer, pid_m, pid_n = tile_coords(unit, tiles_m, tiles_n, group_m)
+    rest, tap = divmod(outer, taps)
+    split, g = divmod(rest, groups)
+    return split, g, tap, pid_m, pid_n
+
+
+def split_range(split: int, steps: int, split_steps: int) -> range:
+    """The k-steps split ``split`` reduces."""
+    return range(split * split_steps, min(steps, (split + 1) * split_steps))
+
+
+@dataclass(frozen=True)
+class SplitCosts:
+    """What the split count trades, in k-step times of one program (see :func:`choose_split_steps`)."""
+
+    sms: int
+    #: per unit: filling the ring and the epilogue's store of a partial tile
+    unit_overhead: float
+    #: per split beyond one: writing one float32 partial ``dW`` and reading it back in the second stage
+    partial: float
+    #: once, when split: the second stage's launch
+    launch: float
+    max_splits: int
+    min_split_steps: int
+
+
+def split_time(splits: int, base_units: int, steps: int, costs: SplitCosts) -> float:
+    """Modelled time of the weight gradient with its reduction cut into ``splits`` ranges: the waves of units
+    on ``costs.sms`` persistent programs times a unit's k-steps and overhead, plus the partials' traffic and
+    the second stage when ``splits`` > 1."""
+    split_steps = cdiv(steps, splits)
+    splits = cdiv(steps, split_steps)
+    waves = cdiv(base_units * splits, costs.sms)
+    time = waves * (split_steps + costs.unit_overhead)
+    if splits > 1:
+        time += splits * costs.partial + costs.launch
+    return time
+
+
+def choose_split_steps(base_units: int, steps: int, costs: SplitCosts) -> int:
+    """The k-steps per split (``SPLIT_STEPS``) that minimise :func:`split_time`, the fewest splits on a tie.
+
+    One split leaves ``base_units`` units (group x tap x tiles): too few for 132 SMs on most layers, whose
+    parallelism is in the pixels. More splits fill the SMs (and balance the last wave) but each adds a
+    float32 partial ``dW`` to write and read back; ``max_splits`` bounds the workspace, ``min_split_steps``
+    keeps a split long enough to amortise its unit's ring fill and epilogue.
+    """
+    best, best_time = steps, split_time(1, base_units, steps, costs)
+    for splits in range(2, min(costs.max_splits, steps) + 1):
+        split_steps = cdiv(steps, splits)
+        if split_steps < costs.min_split_steps:
+            break
+        time = split_time(splits, base_units, steps, costs)
+        if time < best_time:
+            best, best_time = split_steps, time
+    return best
+
+
+def weight_grad_utilization(g: Geometry, grid: WeightGradGrid, block_m: int, block_n: int, block_k: int) -> float:
+    """Fraction of the weight gradient's matrix work that is real: output and input channels of whole tiles,
+    pixel slots of whole k-steps (boxes waste the slots past an image's edge)."""
+    real = g.cout * g.cin * g.pixels
+    done = grid.tiles_m * block_m * grid.tiles_n * block_n * grid.steps * block_k
+    return real / done

@@ -113,8 +113,13 @@ class Job:
         return self.launch == MATRIX_LAUNCH.get(self.kernel, 0) and self.dtype != "float32"
 
 
-#: Forward kernels offered only for few channels per group, and which channel count is few.
-FEW_CHANNELS = {"few_channels_in": "in_channels", "few_channels_out": "out_channels"}
+#: Kernels offered only for few channels per group (in every direction), and which channel count is few.
+FEW_CHANNELS = {"few_channels_in": "in_channels", "few_channels_out": "out_channels",
+                "few_channels_in_bwd_weight": "in_channels", "few_channels_out_bwd_weight": "out_channels",
+                "few_channels_in_bwd_data": "in_channels", "few_channels_out_bwd_data": "out_channels"}
+#: Forward kernels: compiled with a bias and an activation.
+FORWARD_KERNELS = ("implicit_gemm", "gemm1x1", "depthwise_fwd", "implicit_gemm_cf", "few_channels_in",
+                   "few_channels_out")
 
 
 def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shape: str = "mid") -> ConvProblem | None:
@@ -140,12 +145,14 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     problem = ConvProblem("fwd", **{"stride": 1, "padding": 0, "dilation": 1, **fields})
     if kernel == winograd.KERNEL:  # only the geometries it is offered for
         return problem.replace(bias=True, activation="gelu") if winograd.applies(problem) else None
-    if kernel in ("implicit_gemm", "gemm1x1", "depthwise_fwd", "implicit_gemm_cf", *FEW_CHANNELS):
+    if kernel in FORWARD_KERNELS:
         return problem.replace(bias=True, activation="gelu")
     if kernel == "bwd_data_cf" and problem.stride != (1,) * problem.ndim:
         return None
-    return problem.with_direction("bwd_data" if kernel in ("bwd_data_phased", "depthwise_bwd_data", "bwd_data_cf")
-                                  else "bwd_weight")
+    problem = problem.with_direction("bwd_data" if "bwd_data" in kernel else "bwd_weight")
+    if kernel in FEW_CHANNELS and kernel not in plan.few_channels_kernels(problem):  # stride-2 data gradients
+        return None
+    return problem
 
 
 def _depthwise_shapes(target: str, tab: configs.ArchTable, kernel: str, config, dtype: str, layout: str) -> list:

@@ -3,27 +3,35 @@
 For a supported problem every applicable kernel gives exactly one candidate, with the configuration
 the table picks (:func:`conv_rdna.configs.select`):
 
-============================  ======================================================================
-``implicit_gemm``             forward, any 1D/2D geometry
-``gemm1x1``                   forward and data gradient of 1x1 / stride 1 / no-padding convolutions
-``bwd_data_phased``           data gradient, any 1D/2D geometry
-``bwd_weight_split``          weight gradient, deterministic split reduction
-``bwd_weight_atomic``         weight gradient, split reduction with float32 atomics
-``few_channels_in``           forward with at most 8 input channels per group (the reduction runs over
-                              (tap, channel) pairs jointly)
-``few_channels_out``          forward with at most 8 output channels per group (taps expanded into the
-                              columns, then shifted and added; filters of at most 32 taps)
-``depthwise_fwd``             forward of depthwise problems (``groups == in_channels``, any multiplier)
-``depthwise_bwd_data``        data gradient of depthwise problems
-``depthwise_bwd_weight``      weight gradient of depthwise problems, deterministic split reduction
-``winograd_f4x3``             forward, 3x3 / stride 1 / dilation 1 / groups 1, >= 64 input and output
-                              channels: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`)
-``implicit_gemm_cf``          forward of channels-first problems, pixel tiles of one image loading along W
-``bwd_data_cf``               data gradient of channels-first stride-1 problems (the same kernel, on ``dy``
-                              with the flipped weight)
-``bwd_weight_cf``             weight gradient of channels-first problems, pixel blocks of one image,
-                              deterministic split reduction
-============================  ======================================================================
+=================================  ===============================================================================
+``implicit_gemm``                  forward, any 1D/2D geometry
+``gemm1x1``                        forward and data gradient of 1x1 / stride 1 / no-padding convolutions
+``bwd_data_phased``                data gradient, any 1D/2D geometry
+``bwd_weight_split``               weight gradient, deterministic split reduction
+``bwd_weight_atomic``              weight gradient, split reduction with float32 atomics
+``few_channels_in``                forward with at most 8 input channels per group (the reduction runs over
+                                   (tap, channel) pairs jointly)
+``few_channels_out``               forward with at most 8 output channels per group (taps expanded into the
+                                   columns, then shifted and added; filters of at most 32 taps)
+``few_channels_in_bwd_weight``     weight gradient with at most 8 input channels per group: (tap, channel)
+                                   pairs as the columns, deterministic split reduction
+``few_channels_out_bwd_weight``    weight gradient with at most 8 output channels per group and at most 32 taps:
+                                   (channel, tap) rows, reduced over input pixels, deterministic split reduction
+``few_channels_in_bwd_data``       data gradient at stride 1 with at most 8 input channels per group:
+                                   ``few_channels_out``'s kernel on ``dy`` with the flipped weight
+``few_channels_out_bwd_data``      data gradient at stride 1 with at most 8 output channels per group:
+                                   ``few_channels_in``'s kernel on ``dy`` with the flipped weight
+``depthwise_fwd``                  forward of depthwise problems (``groups == in_channels``, any multiplier)
+``depthwise_bwd_data``             data gradient of depthwise problems
+``depthwise_bwd_weight``           weight gradient of depthwise problems, deterministic split reduction
+``winograd_f4x3``                  forward, 3x3 / stride 1 / dilation 1 / groups 1, >= 64 input and output
+                                   channels: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`)
+``implicit_gemm_cf``               forward of channels-first problems, pixel tiles of one image loading along W
+``bwd_data_cf``                    data gradient of channels-first stride-1 problems (the same kernel, on ``dy``
+                                   with the flipped weight)
+``bwd_weight_cf``                  weight gradient of channels-first problems, pixel blocks of one image,
+                                   deterministic split reduction
+=================================  ===============================================================================
 """
 
 from __future__ import annotations
@@ -98,13 +106,14 @@ def kernels_for(problem: ConvProblem) -> tuple[str, ...]:
 
 def _general_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
     if problem.direction == "bwd_weight":
-        return ("bwd_weight_split", "bwd_weight_atomic") + _channels_first_kernels_for(problem)
+        return (("bwd_weight_split", "bwd_weight_atomic") + _channels_first_kernels_for(problem)
+                + plan.few_channels_kernels(problem))
     general = "implicit_gemm" if problem.direction == "fwd" else "bwd_data_phased"
     pointwise = (all(k == 1 for k in problem.filter_size) and all(s == 1 for s in problem.stride)
                  and not any(lo or hi for lo, hi in problem.padding))
     kernels = (general, "gemm1x1") if pointwise else (general,)
     kernels += _channels_first_kernels_for(problem)
-    kernels += plan.few_channels_kernels(problem)  # forward, <= 8 input or output channels per group
+    kernels += plan.few_channels_kernels(problem)  # <= 8 input or output channels per group
     return kernels + ((winograd.KERNEL,) if winograd.applies(problem) else ())
 
 
@@ -156,16 +165,23 @@ def tags(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, device: tor
 
 def tile_utilization(problem: ConvProblem, p: plan.Plan) -> float:
     """Fraction of the matrix work in the tiles that is real (the rest multiplies padding)."""
-    if p.kernel == "few_channels_out":  # halo pixels, output slots outside the tile, padded columns
+    if runs_few_cout(p.kernel):  # halo pixels, output slots outside the tile, padded columns
         return plan.few_cout_work(problem, p.config)[0]
     family = plan.KERNELS[p.kernel]
     view = configs.gemm_view(problem, family)
     c = p.config
-    red_block = 1 if family == "bwd_weight" else c.block_k  # batch-wide pixel blocks: only the last is partial
+    pixel_blocks = family == "bwd_weight" or family in configs.FEW_CHANNELS_BWD_WEIGHT_FAMILIES
+    red_block = 1 if pixel_blocks else c.block_k  # batch-wide pixel blocks: only the last is partial
     used = 1.0
     for size, block in ((view["m"], c.block_m), (view["n"], c.block_n), (view["red"], red_block)):
         used *= size / (math.ceil(size / block) * block)
     return used
+
+
+def runs_few_cout(kernel: str) -> bool:
+    """Whether ``kernel`` runs ``few_channels_out``'s forward kernel (itself, or the data gradient of few
+    input channels on ``dy``), whose work and reads :func:`conv_rdna.plan.few_cout_work` gives."""
+    return plan.FEW_CHANNELS_FORWARD.get(kernel) == "few_channels_out"
 
 
 def depthwise_utilization(problem: ConvProblem, p: plan.Plan) -> float:
@@ -196,7 +212,7 @@ def estimate(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, interpr
         return us * INTERPRETED_SLOWDOWN + INTERPRETED_FIXED_US if interpreted else us
     eff = tab.efficiency[p.kernel]
     memory = eff["memory"]
-    if p.kernel == "few_channels_out":  # the input (most of the bytes) is read once per output-channel chunk
+    if runs_few_cout(p.kernel):  # the input (most of the bytes) is read once per output-channel chunk
         memory /= plan.few_cout_work(problem, p.config)[1]
     if p.kernel in plan.DEPTHWISE_KERNELS:
         # FMA stencils: "compute" is their fraction of the matrix-unit rate; a channels-first tile loads

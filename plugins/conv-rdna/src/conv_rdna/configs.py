@@ -13,6 +13,8 @@ Layout of the JSON (see the file's ``_doc``)::
                                     (plus the measured winners of ``data/swept/<arch>.json``, which the
                                     offline sweep writes; they mark their families measured)
     archs.<arch>.split              the weight gradient's split rule
+    archs.<arch>.depthwise_split    the same for the depthwise weight gradient (optional)
+    archs.<arch>.few_channels_split the same for the few-channel weight gradients (optional)
     archs.<arch>.efficiency         fractions of the roofline rates, for the estimates
 
 A bucket's ``when`` may bound the family's GEMM view of the problem (:func:`gemm_view`):
@@ -29,12 +31,20 @@ from importlib import resources
 
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
+from conv_core.sweep import layer_key, read_swept
 
 #: Depthwise stencil families (``groups == in_channels``): :class:`StencilConfig` entries, not GEMM tiles.
 DEPTHWISE_FAMILIES = ("depthwise_fwd", "depthwise_bwd_data", "depthwise_bwd_weight")
 
-#: Forward families for few input / output channels per group (:mod:`conv_rdna.kernels.few_channels`).
-FEW_CHANNELS_FAMILIES = ("few_channels_in", "few_channels_out")
+#: Weight-gradient families for few input / output channels per group (:mod:`conv_rdna.kernels.few_channels_bwd`):
+#: a program owns every tap, so their reductions are split by the table's ``few_channels_split`` rule.
+FEW_CHANNELS_BWD_WEIGHT_FAMILIES = ("few_channels_in_bwd_weight", "few_channels_out_bwd_weight")
+
+#: Families for few input / output channels per group (:mod:`conv_rdna.kernels.few_channels`: the forward
+#: kernels, which also run the stride-1 data gradients; :mod:`conv_rdna.kernels.few_channels_bwd`). Named
+#: after the layer: ``few_channels_in_bwd_data`` is the data gradient of a layer with few input channels.
+FEW_CHANNELS_FAMILIES = ("few_channels_in", "few_channels_out", *FEW_CHANNELS_BWD_WEIGHT_FAMILIES,
+                         "few_channels_in_bwd_data", "few_channels_out_bwd_data")
 
 #: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`): its GEMMs' tiles (tiles x output x input channels).
 WINOGRAD_FAMILIES = ("winograd",)
@@ -198,6 +208,8 @@ class ArchTable:
     efficiency: dict
     #: the depthwise weight gradient's split rule (few output tiles: it needs many more splits)
     depthwise_split: SplitRule | None = None
+    #: the few-channel weight gradients' split rule (one tile or a few hold every tap: many more splits)
+    few_channels_split: SplitRule | None = None
     #: families whose exact-layer configurations were timed on this architecture by the offline sweep
     measured_families: frozenset[str] = frozenset()
 
@@ -257,6 +269,8 @@ def table(name: str) -> ArchTable:
     return ArchTable(name, source, measured, families, layers, split, reduce["BLOCK"],
                      reduce["num_warps"], entry["efficiency"],
                      depthwise_split=SplitRule(**entry["depthwise_split"]) if "depthwise_split" in entry else None,
+                     few_channels_split=SplitRule(**entry["few_channels_split"]) if "few_channels_split" in entry
+                     else None,
                      measured_families=measured_families)
 
 
@@ -267,8 +281,7 @@ def swept_path(name: str):
 
 def _swept(name: str) -> dict:
     """The sweep's file for ``name`` (written by ``python -m conv_rdna.sweep merge``), or nothing."""
-    path = swept_path(name)
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return read_swept(swept_path(name))
 
 
 def table_for(arch: str, interpreted: bool) -> ArchTable:
@@ -355,15 +368,19 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
         return {"m": pixels_out, "n": cout, "red": cin * math.prod(problem.filter_size)}
     if family == "few_channels_out":  # columns: every tap of every output channel; reduction: channels
         return {"m": pixels_out, "n": cout * math.prod(problem.filter_size), "red": cin}
+    taps = math.prod(problem.filter_size)
+    if family == "few_channels_in_bwd_weight":  # columns: (tap, input channel) pairs; reduction: output pixels
+        return {"m": cout, "n": cin * taps, "red": pixels_out}
+    if family == "few_channels_out_bwd_weight":  # rows: (output channel, tap); reduction: input pixels
+        return {"m": cout * taps, "n": cin, "red": pixels_in}
+    if family == "few_channels_in_bwd_data":  # few_channels_out's view of the forward convolution of dy
+        return {"m": pixels_in, "n": cin * taps, "red": cout}
+    if family == "few_channels_out_bwd_data":  # few_channels_in's view of the forward convolution of dy
+        return {"m": pixels_in, "n": cin, "red": cout * taps}
     if family == "winograd":  # the 36 GEMMs: 4x4 output tiles x output channels, reduced over input channels
         tiles = problem.batch * math.prod(-(-size // 4) for size in problem.output_size)
         return {"m": tiles, "n": cout, "red": cin}
     raise ValueError(f"unknown kernel family {family!r}")
-
-
-def layer_key(problem: ConvProblem) -> str:
-    """Key of the exact-layer tables: the problem key without the architecture."""
-    return problem.key.rsplit(" ", 1)[0]
 
 
 def select(tab: ArchTable, family: str, problem: ConvProblem) -> TileConfig:
@@ -378,19 +395,28 @@ def select(tab: ArchTable, family: str, problem: ConvProblem) -> TileConfig:
     raise AssertionError("unreachable: the last bucket matches everything")
 
 
-def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_elements: int) -> int:
-    """Number of reduction ranges for the weight gradient of ``problem``.
+def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_elements: int,
+                family: str = "bwd_weight") -> int:
+    """Number of reduction ranges for the weight gradient of ``problem`` by ``family``'s kernel.
 
     Enough programs to reach the table's ``target_programs`` (tiles x splits), but at least
     ``min_blocks_per_split`` ``BLOCK_K`` steps per split, at most ``max_split``, and a workspace of
-    ``splits x weight elements`` that float32 int32 indexing can address (``int32_elements``).
+    ``splits x weight elements`` that float32 int32 indexing can address (``int32_elements``). The general
+    families own one tap per tile; the few-channel ones every tap of their rows or columns
+    (:func:`gemm_view`), so they have few tiles and take the table's ``few_channels_split`` rule, which
+    allows many more splits, over the pixels they reduce (the input pixels for ``few_channels_out``).
     """
-    rule = tab.split
-    g = problem.groups
-    cin, cout = problem.in_channels // g, problem.out_channels // g
-    tiles = (math.ceil(cout / config.block_m) * math.ceil(cin / config.block_n)
-             * math.prod(problem.filter_size) * g)
-    blocks = math.ceil(problem.batch * math.prod(problem.output_size) / config.block_k)
+    if family in FEW_CHANNELS_BWD_WEIGHT_FAMILIES:
+        rule, view = tab.few_channels_split or tab.split, gemm_view(problem, family)
+        tiles = math.ceil(view["m"] / config.block_m) * math.ceil(view["n"] / config.block_n) * problem.groups
+        pixels = view["red"]
+    else:
+        rule, g = tab.split, problem.groups
+        cin, cout = problem.in_channels // g, problem.out_channels // g
+        tiles = (math.ceil(cout / config.block_m) * math.ceil(cin / config.block_n)
+                 * math.prod(problem.filter_size) * g)
+        pixels = problem.batch * math.prod(problem.output_size)
+    blocks = math.ceil(pixels / config.block_k)
     split = math.ceil(rule.target_programs / tiles)
     split = min(split, rule.max_split, blocks // rule.min_blocks_per_split,
                 int32_elements // math.prod(problem.weight_shape), 65535)

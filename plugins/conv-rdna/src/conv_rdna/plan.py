@@ -27,6 +27,7 @@ from .kernels.bwd_weight import conv_bwd_weight_partial, reduce_splits
 from .kernels.channels_first import conv_bwd_weight_cf, conv_fwd_cf
 from .kernels.depthwise import conv_dw_bwd_data, conv_dw_bwd_weight, conv_dw_fwd
 from .kernels.few_channels import conv_fwd_few_cin, conv_fwd_few_cout
+from .kernels.few_channels_bwd import conv_bwd_weight_few_cin, conv_bwd_weight_few_cout
 from .kernels.gemm1x1 import conv_gemm1x1
 from .kernels.implicit_gemm import conv_fwd_implicit_gemm
 from .kernels.winograd import m_dtype as winograd_m_dtype
@@ -48,6 +49,10 @@ KERNELS = {
     "depthwise_bwd_weight": "depthwise_bwd_weight",
     "few_channels_in": "few_channels_in",
     "few_channels_out": "few_channels_out",
+    "few_channels_in_bwd_weight": "few_channels_in_bwd_weight",
+    "few_channels_out_bwd_weight": "few_channels_out_bwd_weight",
+    "few_channels_in_bwd_data": "few_channels_in_bwd_data",
+    "few_channels_out_bwd_data": "few_channels_out_bwd_data",
     "winograd_f4x3": "winograd",
     "implicit_gemm_cf": "implicit_gemm_cf",
     "bwd_data_cf": "implicit_gemm_cf",
@@ -149,7 +154,11 @@ def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
                "depthwise_bwd_weight": _depthwise_bwd_weight,
                "implicit_gemm": _implicit_gemm, "gemm1x1": _gemm1x1, "bwd_data_phased": _bwd_data,
                "bwd_weight_split": _bwd_weight, "bwd_weight_atomic": _bwd_weight,
-               "few_channels_in": _few_cin, "few_channels_out": _few_cout, "winograd_f4x3": _winograd,
+               "few_channels_in": _few_cin, "few_channels_out": _few_cout,
+               "few_channels_in_bwd_weight": _few_channels_bwd_weight,
+               "few_channels_out_bwd_weight": _few_channels_bwd_weight,
+               "few_channels_in_bwd_data": _few_cout, "few_channels_out_bwd_data": _few_cin,
+               "winograd_f4x3": _winograd,
                "implicit_gemm_cf": _implicit_gemm_cf, "bwd_data_cf": _bwd_data_cf,
                "bwd_weight_cf": _bwd_weight_cf}[kernel]
     return builder(problem, kernel, config, tab)
@@ -166,6 +175,12 @@ def _tiles(config: TileConfig) -> dict:
 
 
 def _launch(kernel, grid, pointers, scalars, constexprs, config: TileConfig) -> Launch:
+    """The launch, its arguments checked against the kernel's parameters here, on the host: Triton's
+    interpreter ignores an unknown keyword that the compiled launch rejects."""
+    given = [*pointers, *scalars, *constexprs]
+    if sorted(given) != sorted(kernel.arg_names):
+        raise TypeError(f"{kernel.__name__}: arguments {sorted(set(given) ^ set(kernel.arg_names))} do not match "
+                        "its parameters")
     return Launch(kernel, tuple(grid), tuple(pointers.items()), tuple(scalars.items()), tuple(constexprs.items()),
                   config.num_warps, config.num_stages)
 
@@ -184,14 +199,36 @@ def _epilogue(problem: ConvProblem) -> dict:
     return dict(HAS_BIAS=problem.bias, ACTIVATION=problem.activation or "")
 
 
-def _forward_gemm_args(problem: ConvProblem, config: TileConfig) -> tuple:
-    """(grid, pointers, scalars, constexprs) shared by the forward implicit GEMMs: output pixels x output
-    channels tiles, one grid column per group, operands through their strides, the fused epilogue."""
+def _weight_scalars(problem: ConvProblem) -> dict:
+    """The weight as the general kernels address it: its four strides."""
+    return dict(zip(("swk", "swc", "swr", "sws"), strides_nchw(problem.weight_shape, problem.layout)))
+
+
+def forward_weight(problem: ConvProblem) -> dict:
+    """The weight as a forward kernel addressed through an offset and strides reads it (``W_OFF``, per group
+    ``swg``, produced channel ``swo``, reduced channel ``swi``, taps ``swr``, ``sws``): as it is."""
     g = Geometry.of(problem)
-    sx, sy = strides_nchw(problem.input_shape, problem.layout), strides_nchw(problem.output_shape, problem.layout)
-    sw = strides_nchw(problem.weight_shape, problem.layout)
-    scalars = {**_conv_scalars(g), **_named("sx", sx), **dict(zip(("swk", "swc", "swr", "sws"), sw)),
-               **_named("sy", sy)}
+    swk, swc, swr, sws = strides_nchw(problem.weight_shape, problem.layout)
+    return dict(W_OFF=0, swg=g.cout * swk, swo=swk, swi=swc, swr=swr, sws=sws)
+
+
+def flipped_weight(problem: ConvProblem) -> dict:
+    """The same for the stride-1 data gradient as a forward convolution of ``dy``: ``w'[o=c, i=k, r, s] =
+    w[k, c, R-1-r, S-1-s]``, produced and reduced channels swapped and the taps walked backwards from the
+    last one (negative strides), so no copy of the weight is made."""
+    g = Geometry.of(problem)
+    swk, swc, swr, sws = strides_nchw(problem.weight_shape, problem.layout)
+    return dict(W_OFF=(g.r - 1) * swr + (g.s - 1) * sws, swg=g.cout * swk, swo=swc, swi=swk, swr=-swr, sws=-sws)
+
+
+def _forward_gemm_args(problem: ConvProblem, config: TileConfig, g: Geometry, weight: dict) -> tuple:
+    """(grid, pointers, scalars, constexprs) shared by the forward implicit GEMMs: output pixels x output
+    channels tiles, one grid column per group, operands through their strides, the fused epilogue.
+    ``g`` is the convolution the kernel computes (the problem's, or its data gradient as a forward
+    convolution of ``dy``) and ``weight`` the weight's scalar arguments."""
+    sx = strides_nchw(problem.operand_shapes[0], problem.layout)
+    sy = strides_nchw(problem.result_shape, problem.layout)
+    scalars = {**_conv_scalars(g), **_named("sx", sx), **weight, **_named("sy", sy)}
     grid = (_cdiv(g.batch * g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
@@ -199,7 +236,8 @@ def _forward_gemm_args(problem: ConvProblem, config: TileConfig) -> tuple:
 
 
 def _implicit_gemm(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config)
+    grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config, Geometry.of(problem),
+                                                             _weight_scalars(problem))
     return Plan(kernel, config, 1, (_launch(conv_fwd_implicit_gemm, grid, pointers, scalars, constexprs, config),))
 
 
@@ -223,27 +261,30 @@ def _gemm1x1(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTab
 def _bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
     g = Geometry.of(problem)
     sdy = strides_nchw(problem.output_shape, problem.layout)
-    sw = strides_nchw(problem.weight_shape, problem.layout)
     sdx = strides_nchw(problem.input_shape, problem.layout)
     (sh, sw_), (dh, dw) = g.stride, g.dil
     h_ph, w_ph = _cdiv(g.h, sh), _cdiv(g.w, sw_)
     scalars = {**_conv_scalars(g), "STEP_R": sh // math.gcd(sh, dh), "STEP_S": sw_ // math.gcd(sw_, dw),
-               "H_PH": h_ph, "W_PH": w_ph, **_named("sdy", sdy), **dict(zip(("swk", "swc", "swr", "sws"), sw)),
-               **_named("sdx", sdx)}
+               "H_PH": h_ph, "W_PH": w_ph, **_named("sdy", sdy), **_weight_scalars(problem), **_named("sdx", sdx)}
     grid = (_cdiv(g.batch * h_ph * w_ph, config.block_m) * _cdiv(g.cin, config.block_n), g.groups * sh * sw_)
     pointers = dict(dy_ptr="a", w_ptr="b", dx_ptr="out")
     constexprs = {**_tiles(config), "GROUP_M": config.group_m}
     return Plan(kernel, config, 1, (_launch(conv_bwd_data_phased, grid, pointers, scalars, constexprs, config),))
 
 
+def pixel_ranges(pixels: int, block: int, split: int) -> tuple[int, int]:
+    """``(pixels per split, splits)``: ``split`` ranges of whole ``block``-pixel blocks, fewer where the
+    last ones would be empty."""
+    per_split = _cdiv(_cdiv(pixels, block), split) * block
+    return per_split, _cdiv(pixels, per_split)
+
+
 def _bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
     g = Geometry.of(problem)
     atomic = kernel == "bwd_weight_atomic"
     numel = math.prod(problem.weight_shape)
-    pixels = g.batch * g.p * g.q
-    split = split_count(tab, problem, config, INT32_ELEMENTS)
-    per_split = _cdiv(_cdiv(pixels, config.block_k), split) * config.block_k
-    split = _cdiv(pixels, per_split)  # no empty ranges
+    per_split, split = pixel_ranges(g.batch * g.p * g.q, config.block_k,
+                                    split_count(tab, problem, config, INT32_ELEMENTS))
 
     # Where the partial kernel writes, and what follows it.
     float32_result = problem.result_dtype == "float32"
@@ -294,35 +335,28 @@ def _cf_forward_plan(problem: ConvProblem, kernel: str, config: TileConfig, g: G
 
 
 def _implicit_gemm_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    g = Geometry.of(problem)
-    swk, swc, swr, sws = strides_nchw(problem.weight_shape, problem.layout)
-    weight = dict(W_OFF=0, swg=g.cout * swk, swo=swk, swi=swc, swr=swr, sws=sws)
-    return _cf_forward_plan(problem, kernel, config, g, weight)
+    return _cf_forward_plan(problem, kernel, config, Geometry.of(problem), forward_weight(problem))
 
 
 def bwd_data_as_forward(g: Geometry) -> Geometry:
     """The stride-1 data gradient as a forward convolution: ``dy`` (``cout`` channels, ``p x q``) in, ``dx``
     (``cin`` channels, ``h x w``) out, padded by ``dil*(R-1) - pad`` (the weight flipped, see
-    :func:`_bwd_data_cf`)."""
-    assert g.stride == (1, 1), "the channels-first data gradient is offered for stride 1 only"
+    :func:`flipped_weight`)."""
+    assert g.stride == (1, 1), "the data gradient runs as a forward convolution at stride 1 only"
     pad = (g.dil[0] * (g.r - 1) - g.pad[0], g.dil[1] * (g.s - 1) - g.pad[1])
     return dataclasses.replace(g, cin=g.cout, cout=g.cin, h=g.p, w=g.q, p=g.h, q=g.w, pad=pad)
 
 
 def _bwd_data_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    g = Geometry.of(problem)
-    swk, swc, swr, sws = strides_nchw(problem.weight_shape, problem.layout)
-    # w'[o=c, i=k, r, s] = w[k, c, R-1-r, S-1-s]: produced and reduced channels swapped, taps walked backwards
-    weight = dict(W_OFF=(g.r - 1) * swr + (g.s - 1) * sws, swg=g.cout * swk, swo=swc, swi=swk, swr=-swr, sws=-sws)
-    return _cf_forward_plan(problem, kernel, config, bwd_data_as_forward(g), weight)
+    return _cf_forward_plan(problem, kernel, config, bwd_data_as_forward(Geometry.of(problem)),
+                            flipped_weight(problem))
 
 
 def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
     g = Geometry.of(problem)
     numel = math.prod(problem.weight_shape)
     blocks = g.batch * _cdiv(g.p * g.q, config.block_k)  # pixel blocks never straddle two images
-    per_split = _cdiv(blocks, split_count(tab, problem, config, INT32_ELEMENTS))
-    split = _cdiv(blocks, per_split)  # no empty ranges
+    per_split, split = pixel_ranges(blocks, 1, split_count(tab, problem, config, INT32_ELEMENTS))
     target, workspace = ("out", 0) if split == 1 else ("workspace", split * numel)
     sdyn, sdyc, _, sdyw = strides_nchw(problem.output_shape, problem.layout)
     so = strides_nchw(problem.weight_shape, problem.layout)  # the workspace slices are laid out like dw
@@ -339,15 +373,19 @@ def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: A
     return Plan(kernel, config, split, tuple(launches), workspace)
 
 
-# ---- few channels (kernels/few_channels.py) ----------------------------------------------------------
+# ---- few channels (kernels/few_channels.py, kernels/few_channels_bwd.py) ------------------------------
 
 #: Largest input / output channel count per group the few-channel kernels are offered for.
 FEW_CHANNELS = 8
-#: Smallest ``BLOCK_M`` and ``BLOCK_N`` of any ``few_channels_out`` configuration (tests/test_few_channels.py
-#: checks the tables): the kernel is offered only when the filter fits a tile of these sizes, so that
-#: every table can run every problem it is offered for.
+#: Smallest ``BLOCK_M`` and ``BLOCK_N`` of any ``few_channels_out`` (and ``few_channels_in_bwd_data``, which
+#: runs the same kernel) configuration (tests/test_few_channels.py checks the tables): the kernel is offered
+#: only when the filter fits a tile of these sizes, so that every table can run every problem it is
+#: offered for. ``few_channels_out_bwd_weight`` keeps the same bound on the taps (its rows are ``K_G * R * S``).
 FEW_COUT_MIN_BLOCK_M = 256
 FEW_COUT_MIN_BLOCK_N = 32
+#: The few-channel kernels that run on a forward convolution: the data gradients run them on ``dy``.
+FEW_CHANNELS_FORWARD = {"few_channels_in": "few_channels_in", "few_channels_out": "few_channels_out",
+                        "few_channels_in_bwd_data": "few_channels_out", "few_channels_out_bwd_data": "few_channels_in"}
 
 
 def few_cout_tile(g: Geometry, block_m: int) -> tuple[int, int, int, int] | None:
@@ -368,16 +406,38 @@ def few_cout_tile(g: Geometry, block_m: int) -> tuple[int, int, int, int] | None
     return best
 
 
+def _few_cout_fits(g: Geometry) -> bool:
+    """Whether ``few_channels_out``'s kernel can run convolution ``g``: few output channels, every tap of one
+    in the smallest configuration's columns, the filter's window in its smallest tile."""
+    return (g.cout <= FEW_CHANNELS and g.r * g.s <= FEW_COUT_MIN_BLOCK_N
+            and few_cout_tile(g, FEW_COUT_MIN_BLOCK_M) is not None)
+
+
 def few_channels_kernels(problem: ConvProblem) -> tuple[str, ...]:
-    """The few-channel kernels that serve ``problem`` (forward only)."""
-    if problem.direction != "fwd":
-        return ()
+    """The few-channel kernels that serve ``problem``: in every direction, those of few input channels per
+    group, then those of few output channels (named after the layer, whatever the direction). The data
+    gradients run the forward kernels on ``dy`` and so exist at stride 1 only; the weight gradient of few
+    output channels keeps the forward's bound on the taps (its rows)."""
     g = Geometry.of(problem)
-    kernels = ("few_channels_in",) if g.cin <= FEW_CHANNELS else ()
-    if (g.cout <= FEW_CHANNELS and g.r * g.s <= FEW_COUT_MIN_BLOCK_N
-            and few_cout_tile(g, FEW_COUT_MIN_BLOCK_M) is not None):
-        kernels += ("few_channels_out",)
-    return kernels
+    if problem.direction == "bwd_weight":
+        offered = (("few_channels_in_bwd_weight", g.cin <= FEW_CHANNELS),
+                   ("few_channels_out_bwd_weight", g.cout <= FEW_CHANNELS and g.r * g.s <= FEW_COUT_MIN_BLOCK_N))
+    elif problem.direction == "bwd_data":
+        if g.stride != (1, 1):
+            return ()
+        on_dy = bwd_data_as_forward(g)  # dy -> dx: the layer's input channels are produced here
+        offered = (("few_channels_in_bwd_data", _few_cout_fits(on_dy)),
+                   ("few_channels_out_bwd_data", on_dy.cin <= FEW_CHANNELS))
+    else:
+        offered = (("few_channels_in", g.cin <= FEW_CHANNELS), ("few_channels_out", _few_cout_fits(g)))
+    return tuple(kernel for kernel, ok in offered if ok)
+
+
+def forward_geometry(problem: ConvProblem) -> Geometry:
+    """The convolution a forward kernel computes for ``problem``: its own, or for a data gradient the
+    forward convolution of ``dy`` (:func:`bwd_data_as_forward`)."""
+    g = Geometry.of(problem)
+    return bwd_data_as_forward(g) if problem.direction == "bwd_data" else g
 
 
 def few_cout_chunk(g: Geometry, config: TileConfig) -> int:
@@ -386,10 +446,11 @@ def few_cout_chunk(g: Geometry, config: TileConfig) -> int:
 
 
 def few_cout_work(problem: ConvProblem, config: TileConfig) -> tuple[float, int]:
-    """``(utilization, input reads)`` of ``few_channels_out``: the fraction of its matrix work that is
-    useful (halo pixels, output slots outside the tile, padded columns and channels cost the rest), and
-    how many times it reads the input from memory (once per output-channel chunk)."""
-    g = Geometry.of(problem)
+    """``(utilization, input reads)`` of ``few_channels_out``'s kernel (forward, or the data gradient of few
+    input channels): the fraction of its matrix work that is useful (halo pixels, output slots outside the
+    tile, padded columns and channels cost the rest), and how many times it reads the input from memory
+    (once per output-channel chunk)."""
+    g = forward_geometry(problem)
     tile_h, tile_w, tile_p, tile_q = few_cout_tile(g, config.block_m)
     chunks = _cdiv(g.cout, few_cout_chunk(g, config))
     tiles = g.batch * g.groups * chunks * _cdiv(g.p, tile_p) * _cdiv(g.q, tile_q)
@@ -397,31 +458,72 @@ def few_cout_work(problem: ConvProblem, config: TileConfig) -> tuple[float, int]
     return problem.flops / work, chunks
 
 
+def few_channels_weight(problem: ConvProblem) -> dict:
+    """The weight's scalar arguments of the few-channel forward kernels, for the forward (:func:`forward_weight`)
+    or, for a data gradient, the flipped weight (:func:`flipped_weight`): the group stride is given as what it
+    adds to ``K_G`` produced-channel strides (``W_EXTRA``, 0 in the forward; see ``kernels/few_channels.py``)."""
+    weight = dict(flipped_weight(problem) if problem.direction == "bwd_data" else forward_weight(problem))
+    extra = weight.pop("swg") - forward_geometry(problem).cout * weight["swo"]
+    return {**weight, "W_EXTRA": extra}
+
+
 def _few_cin(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config)
+    """``conv_fwd_few_cin``: the forward of few input channels, or on ``dy`` the stride-1 data gradient of
+    few output channels."""
+    grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config, forward_geometry(problem),
+                                                             few_channels_weight(problem))
     constexprs["CHANNELS_INNER"] = problem.layout == "channels_last"
     return Plan(kernel, config, 1, (_launch(conv_fwd_few_cin, grid, pointers, scalars, constexprs, config),))
 
 
 def _few_cout(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    g = Geometry.of(problem)
+    """``conv_fwd_few_cout``: the forward of few output channels, or on ``dy`` the stride-1 data gradient of
+    few input channels."""
+    g = forward_geometry(problem)
     tile = few_cout_tile(g, config.block_m)
     if tile is None or g.r * g.s > config.block_n:
-        raise ValueError(f"few_channels_out cannot run {problem.key} with {config.name}")
+        raise ValueError(f"{kernel} cannot run {problem.key} with {config.name}")
     tile_h, tile_w, tile_p, tile_q = tile
     chunk = few_cout_chunk(g, config)
     tiles_q = _cdiv(g.q, tile_q)
     tiles = _cdiv(g.p, tile_p) * tiles_q
-    sx, sy = strides_nchw(problem.input_shape, problem.layout), strides_nchw(problem.output_shape, problem.layout)
-    sw = strides_nchw(problem.weight_shape, problem.layout)
-    scalars = {**_conv_scalars(g), **_named("sx", sx), **dict(zip(("swk", "swc", "swr", "sws"), sw)),
-               **_named("sy", sy), "TILE_P": tile_p, "TILE_Q": tile_q, "TILES_Q": tiles_q, "TILES": tiles,
-               "K_CHUNK": chunk}
+    sx = strides_nchw(problem.operand_shapes[0], problem.layout)
+    sy = strides_nchw(problem.result_shape, problem.layout)
+    scalars = {**_conv_scalars(g), **_named("sx", sx), **few_channels_weight(problem), **_named("sy", sy),
+               "TILE_P": tile_p, "TILE_Q": tile_q, "TILES_Q": tiles_q, "TILES": tiles, "K_CHUNK": chunk}
     grid = (g.batch * tiles, g.groups, _cdiv(g.cout, chunk))
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {**_epilogue(problem), **_tiles(config), "TILE_W": tile_w,
                   "K_PAD": 1 << (chunk - 1).bit_length()}
     return Plan(kernel, config, 1, (_launch(conv_fwd_few_cout, grid, pointers, scalars, constexprs, config),))
+
+
+def _few_channels_bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    """The few-channel weight gradients: tiles of (tap, input channel) columns (few input channels) or of
+    (output channel, tap) rows (few output channels), the reduction over output or input pixels split into
+    ranges whose float32 partials ``reduce_splits`` sums in order (deterministic, as ``bwd_weight_split``)."""
+    g = Geometry.of(problem)
+    cout_rows = kernel == "few_channels_out_bwd_weight"
+    numel = math.prod(problem.weight_shape)
+    pixels = g.batch * (g.h * g.w if cout_rows else g.p * g.q)
+    per_split, split = pixel_ranges(pixels, config.block_k,
+                                    split_count(tab, problem, config, INT32_ELEMENTS, family=kernel))
+    target, workspace = ("out", 0) if split == 1 else ("workspace", split * numel)
+    so = strides_nchw(problem.weight_shape, problem.layout)  # the workspace slices are laid out like dw
+    scalars = {**_conv_scalars(g), "PIX_PER_SPLIT": per_split,
+               **_named("sx", strides_nchw(problem.input_shape, problem.layout)),
+               **_named("sdy", strides_nchw(problem.output_shape, problem.layout)),
+               "so_split": numel if workspace else 0, **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
+    rows, cols = (g.cout * g.r * g.s, g.cin) if cout_rows else (g.cout, g.cin * g.r * g.s)
+    grid = (_cdiv(rows, config.block_m) * _cdiv(cols, config.block_n), g.groups, split)
+    constexprs = _tiles(config)
+    if not cout_rows:
+        constexprs["CHANNELS_INNER"] = problem.layout == "channels_last"
+    kernel_fn = conv_bwd_weight_few_cout if cout_rows else conv_bwd_weight_few_cin
+    launches = [_launch(kernel_fn, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars, constexprs, config)]
+    if workspace:  # sum the partials in split order, cast to the result
+        launches.append(_reduce_launch(numel, split, tab))
+    return Plan(kernel, config, split, tuple(launches), workspace)
 
 
 # ---- depthwise (kernels/depthwise.py) ------------------------------------------------------------------

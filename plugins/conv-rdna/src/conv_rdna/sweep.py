@@ -1,4 +1,5 @@
-"""The offline configuration sweep: measure, then ship the winners as data.
+"""conv-rdna's offline configuration sweep: measure, then ship the winners as data (the engine, the gate and
+the command line are :mod:`conv_core.sweep`'s; this module is the space).
 
 Nothing is tuned at run time (:func:`conv_rdna.configs.select` is a pure function of the problem).
 Instead this command, run explicitly on a GPU, times a small space of configurations
@@ -11,11 +12,12 @@ reference first (a wrong configuration is never a winner), and writes the fastes
 
 ``run``'s defaults:
 
-- ``--families``: every family the architecture's sweep space has entries for (:func:`sweep_space`).
+- ``--families``: every family (those without entries in the architecture's sweep space have nothing to try).
 - ``--suites``: :data:`DEFAULT_SUITES`, each suite at its benchmark batch, and each swept only for the
   families listed with it: the families for particular layers (:data:`SPECIFIC_FAMILIES`) on every suite
-  where they occur (few channels: the ResNet-50 and ConvNeXt stems, the SD-VAE encoder's and decoder's
-  image and latent layers; depthwise: ConvNeXt; Winograd: the 3x3 layers of all but ConvNeXt); the
+  where they occur (few channels, forward and backward: the ResNet-50 and ConvNeXt stems, the SD-VAE
+  encoder's and decoder's image and latent layers, the data gradients on the stride-1 ones only; depthwise:
+  ConvNeXt; Winograd: the 3x3 layers of all but ConvNeXt); the
   families for any layer (the general ones) on ResNet-50, the SD-VAE decoder and the RetinaNet head, as
   the shipped sweep of 2026-11-21 ran them. Suites given explicitly (``--suites resnet50:32,convnext_block``)
   are swept for every selected family.
@@ -34,33 +36,25 @@ own layers, and marking their families measured); buckets stay the fallback for 
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import sys
-import time
-from collections.abc import Iterator
 from importlib import resources
-from pathlib import Path
 
 import torch
-from conv_core.arch import device_arch
+from conv_core import sweep as core_sweep
 from conv_core.problem import ConvProblem
-from conv_core.reference import compare, random_operands
-from conv_core.suites import suite_problems
-from conv_core.timing import median_us
+from conv_core.sweep import Trial
 
 from . import candidates, configs, plan
 
-LAYOUTS = {"nhwc": "channels_last", "nchw": "channels_first"}
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-
-#: Families that serve particular layers (few channels, depthwise, Winograd's 3x3): swept by default on every
-#: suite where such layers occur. The others serve any layer (the general families, as the first sweep of
-#: 2026-11-21 ran them) and are swept by default on its three suites only.
+#: Families that serve particular layers (few channels in every direction, depthwise, Winograd's 3x3): swept by
+#: default on every suite where such layers occur. The others serve any layer (the general families, as the first
+#: sweep of 2026-11-21 ran them) and are swept by default on its three suites only.
 SPECIFIC_FAMILIES = configs.FEW_CHANNELS_FAMILIES + configs.DEPTHWISE_FAMILIES + configs.WINOGRAD_FAMILIES
 #: The default ``--suites`` (``name:batch``, the benchmarks' batches) -> the families swept on each.
 DEFAULT_SUITES = {
-    "resnet50:32": configs.FAMILIES,  # the stem 3 -> 64 7x7/2 (few_channels_in), 3x3 layers (winograd)
+    "resnet50:32": configs.FAMILIES,  # the stem 3 -> 64 7x7/2 (few_channels_in[_bwd_weight]), 3x3 layers (winograd)
     "sd_vae_decoder:1": configs.FAMILIES,  # conv_in 4 -> 512, conv_out 128 -> 3, post_quant_conv 4 -> 4, 3x3
     "retinanet_head:2": configs.FAMILIES,  # 3x3 towers (winograd); no few-channel or depthwise layer
     "sd_vae_encoder:1": SPECIFIC_FAMILIES,  # conv_in 3 -> 128, conv_out 512 -> 8, quant_conv 8 -> 8, 3x3
@@ -88,134 +82,46 @@ def space_configs(arch: str, family: str) -> list[configs.TileConfig | configs.S
     return [parse_config(family, raw) for raw in _space()["archs"].get(arch, {}).get(family, ())]
 
 
-def _time_config(problem: ConvProblem, kernel: str, config, tab: configs.ArchTable, device: torch.device,
-                 operands: tuple, reps: int) -> dict:
-    """Gate one configuration against the reference (with the candidate's error factor), then time it;
-    never raises: a configuration that fails to compile, launch or match is just not a winner."""
-    row = {"kernel": kernel, "config": config.name, "us": None, "error": None}
-    try:
-        cand = candidates.candidate(problem, kernel, config, tab, device)
-        verdict = compare(problem, cand.run(*operands), operands, candidate=cand)
-        if not verdict.ok:
-            row["error"] = verdict.message
-            return row
-        row["us"] = median_us(lambda: cand.run(*operands), device, warmup=2, reps=reps)
-        row["config_name"] = cand.config
-    except Exception as exc:
-        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
-    return row
+class RdnaSpace:
+    """conv-rdna's sweep space (see :class:`conv_core.sweep.Space`); ``space`` (family -> raw configurations)
+    replaces the architecture's ``data/sweep_space.json`` entries, for tests."""
 
+    package = "conv_rdna"
+    families = configs.FAMILIES
+    default_suites = DEFAULT_SUITES
+    layouts = ("nhwc", "nchw")
 
-def sweep_problem(problem: ConvProblem, device: torch.device, space: dict, reps: int,
-                  families=configs.FAMILIES) -> list[dict]:
-    """Every (kernel, configuration) of the space that applies to ``problem``, for ``families``, gated and
-    timed. Configurations beyond the architecture's shared memory for the problem's dtype are skipped."""
-    tab = configs.table_for(problem.arch, interpreted=False)
-    limit = configs.shared_memory_limit(tab.name)
-    operands = random_operands(problem, device, seed=0)
-    rows = []
-    for kernel in candidates.kernels_for(problem):
-        family = plan.KERNELS[kernel]
-        if family not in families:
-            continue
-        for raw in space.get(family, ()):
-            config = parse_config(family, raw)
-            if limit is not None and config.shared_bytes(problem.dtype) > limit:
+    def __init__(self, space: dict[str, list[dict]] | None = None) -> None:
+        self.space = space
+
+    def trials(self, problem: ConvProblem, device: torch.device, families: frozenset[str]) -> list[Trial]:
+        """Every configuration of the space for each applicable kernel of ``families``, beyond the
+        architecture's shared memory left out; the atomic weight gradient is timed but never ships."""
+        if candidates.decline_reason(problem, device) is not None:
+            return []
+        tab = configs.table_for(problem.arch, interpreted=False)
+        limit = configs.shared_memory_limit(tab.name)
+        space = self.space if self.space is not None else _space()["archs"].get(tab.name, {})
+        trials = []
+        for kernel in candidates.kernels_for(problem):
+            family = plan.KERNELS[kernel]
+            if family not in families:
                 continue
-            rows.append({"family": family, "layer": configs.layer_key(problem), "raw": raw,
-                         **_time_config(problem, kernel, config, tab, device, operands, reps)})
-    return rows
+            for raw in space.get(family, ()):
+                config = parse_config(family, raw)
+                if limit is not None and config.shared_bytes(problem.dtype) > limit:
+                    continue
+                trials.append(Trial(family, kernel, raw,
+                                    functools.partial(candidates.candidate, problem, kernel, config, tab, device),
+                                    may_win=kernel != "bwd_weight_atomic"))
+        return trials
 
-
-def suite_problems_for(spec: str, families, directions, layout: str, dtype: str, arch: str,
-                       device: torch.device) -> Iterator[ConvProblem]:
-    """The layers of suite ``spec`` (``name[:batch]``) in each direction that the backend takes and where
-    one of ``families`` has a kernel."""
-    name, _, batch = spec.partition(":")
-    for direction in directions:
-        for _, problem in suite_problems(name, batch=int(batch) if batch else None, dtype=dtype, layout=layout,
-                                         direction=direction, arch=arch):
-            if candidates.decline_reason(problem, device) is None and any(
-                    plan.KERNELS[kernel] in families for kernel in candidates.kernels_for(problem)):
-                yield problem
-
-
-def selection(args, space: dict) -> dict[str, frozenset[str]]:
-    """Suite spec -> the families swept on it, from ``run``'s ``--suites`` and ``--families``."""
-    families = set(args.families.split(",")) if args.families else set(space)
-    unknown = sorted(families - set(configs.FAMILIES))
-    if unknown:
-        raise SystemExit(f"unknown families {unknown}; known: {', '.join(configs.FAMILIES)}")
-    suites = DEFAULT_SUITES if args.suites is None else dict.fromkeys(args.suites.split(","), configs.FAMILIES)
-    return {spec: frozenset(families & set(suite_families)) for spec, suite_families in suites.items()}
-
-
-def run(args) -> int:
-    device = torch.device("cuda")
-    arch = device_arch(device)
-    space = sweep_space(arch)
-    results, start = [], time.time()
-    for layout in args.layouts.split(","):  # layouts outermost: a time-out still leaves whole layouts
-        for spec, families in selection(args, space).items():
-            for problem in suite_problems_for(spec, families, args.directions.split(","), LAYOUTS[layout],
-                                              DTYPES[args.dtype], arch, device):
-                results += sweep_problem(problem, device, space, args.reps, families)
-            print(f"{time.time() - start:7.1f}s {layout} {spec} done ({len(results)} timings)", flush=True)
-            Path(args.out).write_text(json.dumps({"arch": arch, "device": torch.cuda.get_device_name(),
-                                                  "results": results}, indent=1))
-    return 0
-
-
-def winners(results: list[dict]) -> dict[str, dict[str, dict]]:
-    """family -> layer key -> the fastest correct configuration (the deterministic kernel's, for bwd_weight)."""
-    best: dict[tuple[str, str], dict] = {}
-    for row in results:
-        if row["us"] is None or row["kernel"] == "bwd_weight_atomic":
-            continue
-        key = (row["family"], row["layer"])
-        if key not in best or row["us"] < best[key]["us"]:
-            best[key] = row
-    table: dict[str, dict[str, dict]] = {}
-    for (family, layer), row in sorted(best.items()):
-        table.setdefault(family, {})[layer] = row["raw"]
-    return table
-
-
-def merge(args) -> int:
-    """Write the winners into ``data/swept/<arch>.json`` (or ``--into``), on top of the file's earlier winners."""
-    data = json.loads(Path(args.results).read_text())
-    path = Path(args.into) if args.into else Path(str(configs.swept_path(data["arch"])))
-    swept = json.loads(path.read_text()) if path.is_file() else {"layers": {}}
-    for family, layers in winners(data["results"]).items():
-        swept["layers"].setdefault(family, {}).update(layers)
-    swept.update({"_doc": "Exact-layer winners of the offline sweep (python -m conv_rdna.sweep); read by configs.py.",
-                  "arch": data["arch"], "device": data["device"], "measured": True})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(swept, indent=1, sort_keys=True) + "\n")
-    print(f"merged into {path} ({data['arch']}, {data['device']}): "
-          f"{ {f: len(v) for f, v in swept['layers'].items()} }")
-    return 0
+    def swept_path(self, arch: str):
+        return configs.swept_path(arch)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conv_rdna.sweep", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help="time the sweep space on this GPU")
-    p.add_argument("--families", help="comma list (default: every family of the arch's sweep space)")
-    p.add_argument("--suites", help="comma list of name[:batch], each swept for every selected family "
-                                    f"(default: {', '.join(DEFAULT_SUITES)}, each for its own families)")
-    p.add_argument("--directions", default="fwd,bwd_data,bwd_weight")
-    p.add_argument("--layouts", default="nhwc,nchw")
-    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
-    p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=run)
-    p = sub.add_parser("merge", help="write a sweep's winners into data/swept/<arch>.json")
-    p.add_argument("results")
-    p.add_argument("--into", help="write this file instead of the package's data/swept/<arch>.json")
-    p.set_defaults(func=merge)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return core_sweep.main(RdnaSpace(), argv, description=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ Per convolution group ``g`` the output is the GEMM ``Y[m, n] = sum_k A[m, k] B[n
   zero-padded copy when the group's channels are not a multiple of ``BLOCK_K``).
 
 Each program is persistent: it takes tiles ``pid, pid + grid, ...`` (``common.tile_coords``) and runs
-two partitions over the same sequence of (tile, k-step):
+two partitions over the same sequence of (tile, k-step), through the ring, barriers and copies of
+``kernels/pipeline.py`` (shared with the weight gradient, ``kernels/bwd_weight.py``):
 
 ``producer`` (a worker partition)
     brings step ``i``'s tiles into stage ``i % STAGES`` of a ring in shared memory, once the consumer has
@@ -48,60 +49,28 @@ Nothing is atomic and every tile's reduction order is fixed: results are bitwise
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    async_copy,
-    fence_async_shared,
-    mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from .codes import A_MODES
 from .common import store_tile, tile_coords
-from .compat import cp_async_load, tma_load
+from .compat import tma_load
+from .pipeline import (
+    accumulator_layout,
+    acquire_stage,
+    drain_mma,
+    gather_into,
+    gather_layout,
+    init_ring,
+    mma_step,
+    pixel_coords,
+    ready_arrivals,
+    retire_ring,
+    tap_offsets,
+    tile_mask,
+    wait_stage,
+)
 
-CP_ASYNC = gl.constexpr(A_MODES["cp_async"])
-REGISTERS = gl.constexpr(A_MODES["registers"])
 TMA_BOX = gl.constexpr(A_MODES["tma_box"])
-
-
-@gluon.constexpr_function
-def gather_layout(block_m, block_k, vec, warps):
-    """Blocked layout of a gathered ``[block_m, block_k]`` tile (the twin of ``tiling.gather_layout``).
-
-    Vectors (``vec`` > 1): each thread takes ``spt`` contiguous channels of a row (``spt / vec`` copies),
-    a warp's lanes run along the channels first (coalesced), the warps along the pixels; ``spt`` grows
-    until a thread has at most 4 rows, each of which costs it registers for its pixel's coordinates.
-    Single elements (``vec`` == 1, an odd channel count, so few channels): a whole row per thread and the
-    lanes along the pixels, ``C * 2`` bytes apart (still coalesced for the few channels of this mode).
-    """
-    if vec == 1:
-        return gl.BlockedLayout([1, block_k], [32, 1], [warps, 1], [1, 0])
-    spt = min(block_k, max(vec, block_m * block_k // (32 * warps * 4), block_k // 32))
-    lanes_k = block_k // spt
-    return gl.BlockedLayout([1, spt], [32 // lanes_k, lanes_k], [warps, 1], [1, 0])
-
-
-@gluon.constexpr_function
-def accumulator_layout(block_m, block_n, warps):
-    """The wgmma accumulator's layout (the twin of ``tiling.warpgroup_split``): two warpgroups share a
-    tile along M (each ``m64nBLOCK_N`` per instruction) up to 128 columns; a wider tile is split along N
-    instead, each warpgroup multiplying all rows by 128 columns, which keeps half the per-column epilogue
-    values per thread (no spills at BLOCK_N = 256) and reads the ring as 2 A + B rather than A + 2 B."""
-    warps_n = max(1, min(warps // 4, block_n // 128))
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps // warps_n, warps_n],
-                                     instr_shape=[16, block_n // warps_n, 16])
-
-
-@gluon.constexpr_function
-def ready_arrivals(a_mode, producer_warps):
-    """Arrivals that complete one phase of a ``ready`` barrier: the weight's ``expect`` (which counts once),
-    plus every producer thread's asynchronous arrival (``cp_async``) or the producer's one (``registers``)."""
-    if a_mode == A_MODES["tma_box"]:
-        return 1
-    if a_mode == A_MODES["cp_async"]:
-        return 1 + 32 * producer_warps
-    return 2
 
 
 @gluon.jit
@@ -110,7 +79,6 @@ def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
               A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               BOX_H: gl.constexpr, BOX_W: gl.constexpr, GROUP_M: gl.constexpr, HAS_BIAS: gl.constexpr,
               ACTIVATION: gl.constexpr, STAGE_OUT: gl.constexpr, num_warps: gl.constexpr):
-    STAGES: gl.constexpr = b_bufs.shape[0]
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_M, BLOCK_N, num_warps)
     rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))
@@ -129,8 +97,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
             acc = acc + bias[None, :]
         prev = 0
         for kk in range(K_STEPS):
-            stage = step % STAGES
-            mbarrier.wait(ready.index(stage), (step // STAGES) & 1)
+            stage = wait_stage(ready, step)
             if A_MODE == TMA_BOX:
                 a = a_bufs.index(stage).reshape([BLOCK_M, BLOCK_K])
             else:
@@ -139,14 +106,10 @@ def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
                 fence_async_shared()
                 a = a_bufs.index(stage)
             b = b_bufs.index(stage).permute((1, 0))
-            acc = warpgroup_mma(a, b, acc, use_acc=True, is_async=True)
-            acc, a, b = warpgroup_mma_wait(1, deps=(acc, a, b))
-            # the step before this one has finished reading its stage
-            mbarrier.arrive(empty.index(prev), pred=kk > 0)
+            acc = mma_step(a, b, acc, empty, prev, kk)
             prev = stage
             step += 1
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty.index(prev))
+        acc = drain_mma(acc, empty, prev)
 
         if A_MODE == TMA_BOX:
             img = pid_m // TILES_IMG
@@ -158,10 +121,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
         else:
             m = pid_m * BLOCK_M + rows
             row_ok = m < M
-            q = m % Q
-            img_p = m // Q
-            p = img_p % P
-            img = img_p // P
+            img, p, q = pixel_coords(m, P, Q)
         row_off = img * sy_n + p * sy_h + q * sy_w
         store_tile(acc, y_ptr + (g * K_G + n0), row_off, row_ok, cols, K_G - n0, ACTIVATION, STAGE_OUT)
 
@@ -172,7 +132,6 @@ def _gather_producer(x_ptr, w_desc, a_bufs, b_bufs, ready, empty,
                      sx_n, sx_h, sx_w, TILES_M, TILES_N, NUM_TILES,
                      A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                      GROUP_M: gl.constexpr, VEC: gl.constexpr, EVEN_C: gl.constexpr):
-    STAGES: gl.constexpr = a_bufs.shape[0]
     layout: gl.constexpr = gather_layout(BLOCK_M, BLOCK_K, VEC, gl.num_warps())
     rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, layout))
     cols = gl.arange(0, BLOCK_K, gl.SliceLayout(0, layout))
@@ -182,10 +141,7 @@ def _gather_producer(x_ptr, w_desc, a_bufs, b_bufs, ready, empty,
         g, pid_m, pid_n = tile_coords(tile, TILES_M, TILES_N, GROUP_M)
         m = pid_m * BLOCK_M + rows
         m_ok = m < M
-        q = m % Q
-        img_p = m // Q
-        p = img_p % P
-        img = img_p // P
+        img, p, q = pixel_coords(m, P, Q)
         h0 = p * STRIDE_H - PAD_H
         w0 = q * STRIDE_W - PAD_W
         base = img * sx_n + g * C_G
@@ -194,31 +150,17 @@ def _gather_producer(x_ptr, w_desc, a_bufs, b_bufs, ready, empty,
             r = tap // S
             h = h0 + r * DIL_H
             w = w0 + (tap - r * S) * DIL_W
-            ok = m_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
-            # masked rows point at the tensor's start: never read, but never outside it either
-            off = gl.multiple_of(gl.where(ok, base + h * sx_h + w * sx_w, 0), VEC)
+            off, ok = tap_offsets(base, h, w, m_ok, H, W, sx_h, sx_w, VEC)
             for cb in range(NCB):
-                stage = step % STAGES
-                mbarrier.wait(empty.index(stage), ((step // STAGES) & 1) ^ 1)
+                stage = acquire_stage(empty, step)
                 # the consumer's wgmma (async proxy) read this stage; our copies write it (generic proxy)
                 fence_async_shared()
                 bar = ready.index(stage)
                 mbarrier.expect(bar, w_desc.block_type.nbytes)
-                tma_load(w_desc, [w_row, (tap * NCB + cb) * BLOCK_K], bar,
-                                                b_bufs.index(stage))
+                tma_load(w_desc, [w_row, (tap * NCB + cb) * BLOCK_K], bar, b_bufs.index(stage))
                 c = cb * BLOCK_K + cols
-                if EVEN_C:  # every channel block is whole: only the pixel mask (constant along a row)
-                    mask = ok[:, None]
-                else:  # whole VEC-channel vectors are in or out (C_G is a multiple of VEC)
-                    mask = ok[:, None] & ((c // VEC) < c_vecs)[None, :]
-                ptrs = x_ptr + off[:, None] + c[None, :]
-                if A_MODE == CP_ASYNC:
-                    cp_async_load(a_bufs.index(stage), ptrs, mask)
-                    async_copy.mbarrier_arrive(bar, increment_count=False)
-                else:
-                    a_bufs.index(stage).store(gl.load(ptrs, mask=mask, other=0.0))
-                    fence_async_shared()
-                    mbarrier.arrive(bar)
+                mask = tile_mask(ok, c, c_vecs, VEC, EVEN_C)
+                gather_into(a_bufs.index(stage), x_ptr + off[:, None] + c[None, :], mask, bar, A_MODE)
                 step += 1
 
 
@@ -227,7 +169,6 @@ def _box_producer(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                   C_G, K_G, S, TAPS, NCB, PAD_H, PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q,
                   TILES_IMG, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, BOX_H: gl.constexpr,
                   BOX_W: gl.constexpr, GROUP_M: gl.constexpr):
-    STAGES: gl.constexpr = a_bufs.shape[0]
     nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
     step = 0
     for tile in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
@@ -243,15 +184,12 @@ def _box_producer(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
             h = h0 + r * DIL_H
             w = w0 + (tap - r * S) * DIL_W
             for cb in range(NCB):
-                stage = step % STAGES
-                mbarrier.wait(empty.index(stage), ((step // STAGES) & 1) ^ 1)
+                stage = acquire_stage(empty, step)
                 bar = ready.index(stage)
                 mbarrier.expect(bar, nbytes)
-                tma_load(w_desc, [w_row, (tap * NCB + cb) * BLOCK_K], bar,
-                                                b_bufs.index(stage))
+                tma_load(w_desc, [w_row, (tap * NCB + cb) * BLOCK_K], bar, b_bufs.index(stage))
                 # out-of-bounds box elements (padding, negative coordinates, channels past C) read as zero
-                tma_load(x_desc, [img, h, w, g * C_G + cb * BLOCK_K], bar,
-                                                a_bufs.index(stage))
+                tma_load(x_desc, [img, h, w, g * C_G + cb * BLOCK_K], bar, a_bufs.index(stage))
                 step += 1
 
 
@@ -275,12 +213,7 @@ def conv_fwd(x, w_desc, bias_ptr, y_ptr,
         a_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
         a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_layout)
     b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    arrivals: gl.constexpr = ready_arrivals(A_MODE, PRODUCER_WARPS)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=arrivals)
-        mbarrier.init(empty.index(i), count=1)
+    ready, empty = init_ring(STAGES, ready_arrivals(A_MODE, PRODUCER_WARPS))
 
     # (the argument tuples are written inline: a tuple assigned to a variable turns constexprs into tensors)
     if A_MODE == TMA_BOX:
@@ -302,6 +235,4 @@ def conv_fwd(x, w_desc, bias_ptr, y_ptr,
                                 NUM_TILES, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, EVEN_C)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(empty.index(i))
+    retire_ring(ready, empty)

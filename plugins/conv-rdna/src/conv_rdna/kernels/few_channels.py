@@ -2,7 +2,13 @@
 
 Two kernels, both with the fused bias / activation / cast epilogue of :mod:`.implicit_gemm` and every
 tensor addressed through its strides (NCHW and NHWC in place; 1D runs as ``H = 1``; the group is
-``program_id(1)``).
+``program_id(1)``). The weight is addressed through an offset and strides (``swo`` per produced channel,
+``swi`` per reduced channel, ``swr`` and ``sws`` per tap; group ``g`` starts ``W_OFF + g * W_EXTRA`` elements
+past row ``g * K_G``, both 0 in the forward), so that the host also runs stride-1 data gradients through these
+kernels with the weight transposed and flipped by those strides instead of a copy (:mod:`.few_channels_bwd`).
+The vector part of the weight address stays ``(g * K_G + column) * swo``, which the output address shares:
+the forward's register use is the one it was swept with (a separate group stride cost one configuration
+38 registers and a spill).
 
 ``conv_fwd_few_cin``: few input channels (an RGB stem, ``3 -> 64``, 7x7 stride 2)
 -------------------------------------------------------------------------------------
@@ -70,9 +76,28 @@ FAR = tl.constexpr(-(1 << 29))
 
 
 @triton.jit
-def _inside(h, H, w, W):
+def inside(h, H, w, W):
     """``0 <= h < H and 0 <= w < W`` with two unsigned compares."""
     return (h.to(tl.uint32, bitcast=True) < H) & (w.to(tl.uint32, bitcast=True) < W)
+
+
+@triton.jit
+def decode_tap_channel(k, C_G, R, S, CHANNELS_INNER: tl.constexpr):
+    """``(r, s, c)`` of flattened (tap, channel) indices ``k``, in the operands' memory order: channels-last
+    ``k = (r*S + s)*C_G + c``, channels-first ``k = (c*R + r)*S + s``. One definition for the forward
+    reduction of :func:`conv_fwd_few_cin` and the columns of the weight gradient that mirrors it
+    (:func:`conv_rdna.kernels.few_channels_bwd.conv_bwd_weight_few_cin`), so both orders agree."""
+    if CHANNELS_INNER:
+        c = k % C_G
+        t = k // C_G
+        s = t % S
+        r = t // S
+    else:
+        s = k % S
+        t = k // S
+        r = t % R
+        c = t // R
+    return r, s, c
 
 
 @triton.jit
@@ -80,7 +105,7 @@ def conv_fwd_few_cin(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-    sxn, sxc, sxh, sxw, swk, swc, swr, sws, syn, syc, syh, syw,
+    sxn, sxc, sxh, sxw, W_OFF, W_EXTRA, swo, swi, swr, sws, syn, syc, syh, syw,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     CHANNELS_INNER: tl.constexpr, INTERPRET: tl.constexpr,
@@ -103,31 +128,22 @@ def conv_fwd_few_cin(
     # Columns: output channels of the group.
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < K_G
-    w_cols = (g * K_G + offs_n) * swk
+    w_cols = (W_OFF + g * W_EXTRA) + (g * K_G + offs_n) * swo
 
     K_RED = C_G * R * S
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K_RED, BLOCK_K):
         # Decode the reduction lanes k into (r, s, c), in the operands' memory order.
         k = k0 + tl.arange(0, BLOCK_K)
-        if CHANNELS_INNER:  # k = (r*S + s)*C_G + c
-            c = k % C_G
-            t = k // C_G
-            s = t % S
-            r = t // S
-        else:  # k = (c*R + r)*S + s
-            s = k % S
-            t = k // S
-            r = t % R
-            c = t // R
+        r, s, c = decode_tap_channel(k, C_G, R, S, CHANNELS_INNER)
         k_ok = k < K_RED
         dr = r * DIL_H
         ds = s * DIL_W
         x_off = c * sxc + dr * sxh + ds * sxw
         dr = tl.where(k_ok, dr, FAR)
-        ok = _inside(h0[:, None] + dr[None, :], H, w0[:, None] + ds[None, :], W)
+        ok = inside(h0[:, None] + dr[None, :], H, w0[:, None] + ds[None, :], W)
         a = tl.load(x_img + (x_rows[:, None] + x_off[None, :]), mask=ok, other=0.0)
-        b = tl.load(w_ptr + (w_cols[None, :] + (c * swc + r * swr + s * sws)[:, None]),
+        b = tl.load(w_ptr + (w_cols[None, :] + (c * swi + r * swr + s * sws)[:, None]),
                     mask=k_ok[:, None] & n_ok[None, :], other=0.0)
         acc = mma(a, b, acc, INTERPRET)
 
@@ -142,7 +158,7 @@ def conv_fwd_few_cout(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-    sxn, sxc, sxh, sxw, swk, swc, swr, sws, syn, syc, syh, syw,
+    sxn, sxc, sxh, sxw, W_OFF, W_EXTRA, swo, swi, swr, sws, syn, syc, syh, syw,
     TILE_P, TILE_Q, TILES_Q, TILES, K_CHUNK,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TILE_W: tl.constexpr,
@@ -162,7 +178,7 @@ def conv_fwd_few_cout(
     aw = a % TILE_W
     h = p0 * STRIDE_H - PAD_H + ah
     w = q0 * STRIDE_W - PAD_W + aw
-    a_ok = _inside(h, H, w, W)
+    a_ok = inside(h, H, w, W)
     x_pix = x_ptr + n * sxn + g * C_G * sxc + h * sxh + w * sxw
 
     # Columns of Z: j = (kk*R + r)*S + s for output channel chunk*K_CHUNK + kk.
@@ -173,7 +189,7 @@ def conv_fwd_few_cout(
     s_j = j % S
     k_j = chunk * K_CHUNK + kk_j
     j_ok = (kk_j < K_CHUNK) & (k_j < K_G)
-    w_col = w_ptr + (g * K_G + k_j) * swk + r_j * swr + s_j * sws
+    w_col = w_ptr + (W_OFF + g * W_EXTRA) + (g * K_G + k_j) * swo + r_j * swr + s_j * sws
 
     offs_c = tl.arange(0, BLOCK_K)
     z = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -181,7 +197,7 @@ def conv_fwd_few_cout(
         c = c0 + offs_c
         c_ok = c < C_G
         xa = tl.load(x_pix[:, None] + (c * sxc)[None, :], mask=a_ok[:, None] & c_ok[None, :], other=0.0)
-        wb = tl.load(w_col[None, :] + (c * swc)[:, None], mask=c_ok[:, None] & j_ok[None, :], other=0.0)
+        wb = tl.load(w_col[None, :] + (c * swi)[:, None], mask=c_ok[:, None] & j_ok[None, :], other=0.0)
         z = mma(xa, wb, z, INTERPRET)
 
     # Shift and add. Output slot o = (oh, ow) uses the input tile's coordinates; its tap (r, s) is the

@@ -1,0 +1,269 @@
+"""Weight gradient, channels-last, 16-bit operands: a persistent, wave-specialized GEMM per filter tap, its
+reduction over the pixels split, the splits summed by a second kernel in a fixed order.
+
+Per convolution group ``g`` and filter tap ``(r, s)`` the weight gradient is the GEMM
+
+    ``dW[k, c, r, s] = sum_j dy[j, g*K_G + k] * x[n, p*stride - pad + r*dil, q*stride - pad + s*dil, g*C_G + c]``
+
+over the output pixels ``j = (n, p, q)`` (``x`` is zero outside the image): ``M`` = the group's output channels
+``k``, ``N`` its input channels ``c``, reduced over ``J = N * P * Q`` pixels, walked as *k-steps* of ``BLOCK_K``
+pixels. ``A = dy^T``: a ``dy`` tile ``[BLOCK_K pixels, BLOCK_M channels]`` is rows of the 2D view ``[J, K]`` of
+the NHWC ``dy`` (a plain TMA box), handed to ``wgmma`` transposed (an MN-major shared-memory operand, which
+Hopper's ``wgmma`` reads for 16-bit types: ``HGMMA ... tnspA``); ``B`` = the ``x`` tile ``[BLOCK_K pixels,
+BLOCK_N channels]`` of the step's pixels shifted by the tap (MN-major too). Channels past a group's end in
+either tile only feed accumulator rows or columns the epilogue masks away, so a tile may read the next
+group's channels; pixels past the end are zeros in both tiles.
+
+Work is cut into *units* (``tiling.unit_coords``): one (split, group, tap, ``BLOCK_M x BLOCK_N`` tile), where a
+split is a range of ``SPLIT_STEPS`` consecutive k-steps (the host chooses how many, ``tiling.choose_split_steps``:
+enough units for every SM, a bounded workspace). Units are numbered split-major, so the units that run at
+the same time share one range of pixels in L2. Each program is persistent (one per SM: the ring fills its
+shared memory, and the producer fills the next unit's stages during this unit's epilogue); it takes units
+``pid, pid + grid, ...`` and runs two partitions over them:
+
+``producer`` (a worker partition: the conv-to-GEMM address arithmetic and every load, nothing else)
+    brings step ``i``'s ``dy`` and ``x`` tiles into stage ``i % STAGES`` of the ring once the consumer has
+    released it (``kernels/pipeline.py``: the same ring, barriers and gathering copies as the forward). ``dy``
+    always comes by TMA. ``x`` comes in one of three ways (``X_MODE``, the codes of ``codes.A_MODES``):
+
+    * ``"cp_async"``: 4 warps decode each step's pixels into image rows and columns for the unit's tap and
+      gather the tile with masked ``cp.async`` copies of ``VEC`` channels (zeros for padding, pixels past the
+      end and channels past the group), each thread's ``noinc`` arrival counting towards ``ready``;
+    * ``"registers"``: the same through registers, for odd channel counts (no copy is 4 bytes wide);
+    * ``"tma_box"`` (stride 1, ``x``'s pixels a multiple of 16 bytes): a k-step is a ``BOX_H x BOX_W`` box of
+      one image's output pixels, so ``dy``'s tile is the box ``[1, BOX_H, BOX_W, BLOCK_M]`` of the 4D ``dy`` and
+      ``x``'s the box ``[1, BOX_H, BOX_W, BLOCK_N]`` at the tap's offset, padding read as zeros by the TMA
+      unit; one warp issues both loads. Slots past an image's edge read zeros of ``dy`` (and finite ``x``).
+
+``consumer`` (the default partition, one or two warpgroups: the MMAs and the epilogue, no address arithmetic)
+    waits for ``ready``, issues the step's ``wgmma`` asynchronously, keeps one in flight and releases the
+    previous step's stage; after a unit's last step it drains the MMAs and stores the float32 tile: into its
+    split's slice of the workspace (``[SPLITS, K, TAPS, C_PAD]``: the channels-last ``dW`` with each tap's
+    channels padded to 16, so that every row and tap starts 64-byte aligned and the stores are vectors; the
+    padding columns get whatever the tile holds there and are never read), or, with one split, straight into
+    ``dW`` in its dtype (staged through shared memory where 16-bit stores cannot be paired, ``STAGE_OUT``).
+
+:func:`sum_splits` then adds the slices element by element in split order and rounds once to ``dW``'s
+dtype. No atomics and a fixed order everywhere: bitwise the same result on every run and every grid size.
+Registers move to the consumer with ``setmaxnreg`` as in the forward (``PRODUCER_REGS`` for the producer).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
+
+from .codes import A_MODES, ACTIVATIONS
+from .common import store_tile, tile_coords
+from .compat import tma_load
+from .pipeline import (
+    accumulator_layout,
+    acquire_stage,
+    drain_mma,
+    gather_into,
+    gather_layout,
+    init_ring,
+    mma_step,
+    pixel_coords,
+    ready_arrivals,
+    retire_ring,
+    tap_offsets,
+    tile_mask,
+    wait_stage,
+)
+
+TMA_BOX = gl.constexpr(A_MODES["tma_box"])
+NO_ACTIVATION = gl.constexpr(ACTIVATIONS[""])
+
+
+@gluon.jit
+def unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M: gl.constexpr):
+    """``(split, group, tap, pid_m, pid_n)`` of unit ``unit`` (the twin of ``tiling.unit_coords``): the
+    forward's banded tile order, with (split, group, tap) in the role of its group, split outermost."""
+    outer, pid_m, pid_n = tile_coords(unit, TILES_M, TILES_N, GROUP_M)
+    rest = outer // TAPS
+    tap = outer - rest * TAPS
+    split = rest // GROUPS
+    g = rest - split * GROUPS
+    return split, g, tap, pid_m, pid_n
+
+
+@gluon.jit
+def split_steps(split, STEPS, SPLIT_STEPS):
+    """``(first k-step, k-steps)`` of split ``split``: whole ranges of ``SPLIT_STEPS``, the last one shorter."""
+    k0 = split * SPLIT_STEPS
+    return k0, gl.minimum(STEPS - k0, SPLIT_STEPS)
+
+
+@gluon.jit
+def _consumer(a_bufs, b_bufs, ready, empty, out_ptr, K_G, C_G, TAPS, GROUPS, OUT_ROW, OUT_TAP, SPLIT_STRIDE,
+              TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
+              X_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+              GROUP_M: gl.constexpr, STAGE_OUT: gl.constexpr, num_warps: gl.constexpr):
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_M, BLOCK_N, num_warps)
+    rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))
+    step = 0
+    for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
+        split, g, tap, pid_m, pid_n = unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M)
+        _, n_steps = split_steps(split, STEPS, SPLIT_STEPS)
+        # a fresh accumulator and use_acc=True throughout, as in the forward (a first use_acc=False on the
+        # previous unit's registers made ptxas serialize the wgmmas)
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        prev = 0
+        for kk in range(n_steps):
+            stage = wait_stage(ready, step)
+            if X_MODE == TMA_BOX:  # boxes of output pixels, flattened (BOX_W is a multiple of 8 rows)
+                a = a_bufs.index(stage).reshape([BLOCK_K, BLOCK_M]).permute((1, 0))
+                b = b_bufs.index(stage).reshape([BLOCK_K, BLOCK_N])
+            else:
+                # x was written by other threads' generic-proxy copies: order them before the async proxy
+                fence_async_shared()
+                a = a_bufs.index(stage).permute((1, 0))
+                b = b_bufs.index(stage)
+            acc = mma_step(a, b, acc, empty, prev, kk)
+            prev = stage
+            step += 1
+        acc = drain_mma(acc, empty, prev)
+
+        m0 = pid_m * BLOCK_M
+        n0 = pid_n * BLOCK_N
+        tile = out_ptr + split * SPLIT_STRIDE + (g * K_G + m0) * OUT_ROW + tap * OUT_TAP + n0
+        # columns up to OUT_TAP: C_G in dW; in the workspace, the padding too (never read back), which keeps the
+        # column mask constant over 16 columns and the float32 stores vectors
+        store_tile(acc, tile, rows * OUT_ROW, rows < K_G - m0, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+
+
+@gluon.jit
+def _gather_producer(dy_desc, x_ptr, a_bufs, b_bufs, ready, empty,
+                     J, P, Q, H, W, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
+                     sx_n, sx_h, sx_w, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
+                     X_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                     GROUP_M: gl.constexpr, VEC: gl.constexpr, EVEN_C: gl.constexpr):
+    layout: gl.constexpr = gather_layout(BLOCK_K, BLOCK_N, VEC, gl.num_warps())
+    rows = gl.arange(0, BLOCK_K, gl.SliceLayout(1, layout))
+    cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, layout))
+    c_vecs = C_G // VEC
+    step = 0
+    for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
+        split, g, tap, pid_m, pid_n = unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M)
+        r = tap // S
+        dh = r * DIL_H - PAD_H  # the tap's offset from an output pixel's top-left input pixel
+        dw = (tap - r * S) * DIL_W - PAD_W
+        c = pid_n * BLOCK_N + cols
+        dy_col = g * DY_GROUP + pid_m * BLOCK_M  # a group's channels start on 16 bytes (plan.dy_group_channels)
+        k0, n_steps = split_steps(split, STEPS, SPLIT_STEPS)
+        for kk in range(n_steps):
+            j0 = (k0 + kk) * BLOCK_K
+            j = j0 + rows
+            img, p, q = pixel_coords(j, P, Q)
+            off, ok = tap_offsets(img * sx_n + g * C_G, p * STRIDE_H + dh, q * STRIDE_W + dw, j < J, H, W,
+                                  sx_h, sx_w, VEC)
+            mask = tile_mask(ok, c, c_vecs, VEC, EVEN_C)
+            stage = acquire_stage(empty, step)
+            # the consumer's wgmma (async proxy) read this stage; our copies write it (generic proxy)
+            fence_async_shared()
+            bar = ready.index(stage)
+            mbarrier.expect(bar, dy_desc.block_type.nbytes)
+            # rows past J and channels past K read as zeros
+            tma_load(dy_desc, [j0, dy_col], bar, a_bufs.index(stage))
+            gather_into(b_bufs.index(stage), x_ptr + off[:, None] + c[None, :], mask, bar, X_MODE)
+            step += 1
+
+
+@gluon.jit
+def _box_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
+                  C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H, PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS,
+                  SPLIT_STEPS, TILES_Q, TILES_IMG, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BOX_H: gl.constexpr, BOX_W: gl.constexpr, GROUP_M: gl.constexpr):
+    nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_desc.block_type.nbytes
+    step = 0
+    for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
+        split, g, tap, pid_m, pid_n = unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M)
+        r = tap // S
+        dh = r * DIL_H - PAD_H
+        dw = (tap - r * S) * DIL_W - PAD_W
+        dy_col = g * DY_GROUP + pid_m * BLOCK_M
+        x_col = g * C_G + pid_n * BLOCK_N
+        k0, n_steps = split_steps(split, STEPS, SPLIT_STEPS)
+        for kk in range(n_steps):
+            box = k0 + kk
+            img = box // TILES_IMG
+            rest = box - img * TILES_IMG
+            tp = rest // TILES_Q
+            p0 = tp * BOX_H
+            q0 = (rest - tp * TILES_Q) * BOX_W
+            stage = acquire_stage(empty, step)
+            bar = ready.index(stage)
+            mbarrier.expect(bar, nbytes)
+            # out-of-bounds elements (pixels past the image, padding, channels past the tensor) read as zeros
+            tma_load(dy_desc, [img, p0, q0, dy_col], bar, a_bufs.index(stage))
+            tma_load(x_desc, [img, p0 + dh, q0 + dw, x_col], bar, b_bufs.index(stage))
+            step += 1
+
+
+@gluon.jit
+def conv_bwd_weight(dy_desc, x, out_ptr,
+                    J, P, Q, H, W, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
+                    sx_n, sx_h, sx_w, OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS,
+                    SPLIT_STEPS,
+                    TILES_Q, TILES_IMG,
+                    X_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                    STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
+                    VEC: gl.constexpr, EVEN_C: gl.constexpr, STAGE_OUT: gl.constexpr,
+                    PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """``dy_desc``: TMA descriptor of ``dy`` as ``[J, K]`` with ``[BLOCK_K, BLOCK_M]`` boxes (gathering modes) or
+    as ``[N, P, Q, K]`` with ``[1, BOX_H, BOX_W, BLOCK_M]`` boxes (``tma_box``); ``x``: the NHWC input, a pointer
+    (gathering modes) or a rank-4 descriptor with ``[1, BOX_H, BOX_W, BLOCK_N]`` boxes; ``out_ptr``: the
+    float32 workspace of ``SPLIT_STRIDE``-element slices, or ``dW`` itself (one split): rows of ``OUT_ROW``
+    elements per output channel, ``OUT_TAP`` per tap (``C_PAD`` in the workspace, ``C_G`` in ``dW``)."""
+    dtype: gl.constexpr = dy_desc.dtype
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + dy_desc.block_type.shape, dy_desc.layout)
+    if X_MODE == TMA_BOX:
+        b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + x.block_type.shape, x.layout)
+    else:
+        b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_N], dtype)
+        b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_N], b_layout)
+    ready, empty = init_ring(STAGES, ready_arrivals(X_MODE, PRODUCER_WARPS))
+
+    # (the argument tuples are written inline: a tuple assigned to a variable turns constexprs into tensors)
+    if X_MODE == TMA_BOX:
+        gl.warp_specialize([
+            (_consumer, (a_bufs, b_bufs, ready, empty, out_ptr, K_G, C_G, TAPS, GROUPS, OUT_ROW, OUT_TAP,
+                         SPLIT_STRIDE,
+                         TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M, BLOCK_N, BLOCK_K,
+                         GROUP_M, STAGE_OUT, num_warps)),
+            (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H,
+                             PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG,
+                             BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (a_bufs, b_bufs, ready, empty, out_ptr, K_G, C_G, TAPS, GROUPS, OUT_ROW, OUT_TAP,
+                         SPLIT_STRIDE,
+                         TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M, BLOCK_N, BLOCK_K,
+                         GROUP_M, STAGE_OUT, num_warps)),
+            (_gather_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, J, P, Q, H, W, C_G, K_G, S, TAPS,
+                                GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sx_n, sx_h, sx_w,
+                                TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M, BLOCK_N, BLOCK_K,
+                                GROUP_M, VEC, EVEN_C)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+
+    retire_ring(ready, empty)
+
+
+@gluon.jit
+def sum_splits(ws_ptr, out_ptr, NUMEL, C_G, C_PAD, SPLITS, SPLIT_STRIDE, BLOCK: gl.constexpr,
+               num_warps: gl.constexpr):
+    """The second stage: ``dW`` element ``e`` (dense channels-last: ``(k, tap)`` row ``e / C_G``, channel
+    ``e % C_G``) is the sum over the splits ``s`` of the workspace's ``s * SPLIT_STRIDE + row * C_PAD + c``,
+    added in split order and rounded once to ``out``'s dtype. Consecutive threads take consecutive elements:
+    coalesced reads of every slice and writes of ``dW``."""
+    layout: gl.constexpr = gl.BlockedLayout([4], [32], [num_warps], [0])
+    offs = gl.program_id(0) * BLOCK + gl.arange(0, BLOCK, layout)
+    mask = offs < NUMEL
+    row = offs // C_G
+    src = ws_ptr + row * C_PAD + (offs - row * C_G)
+    acc = gl.load(src, mask=mask, other=0.0)
+    for s in range(1, SPLITS):
+        acc += gl.load(src + s * SPLIT_STRIDE, mask=mask, other=0.0)
+    gl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
