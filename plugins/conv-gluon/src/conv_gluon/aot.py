@@ -42,9 +42,9 @@ import os
 import re
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
+from conv_core.aot import compile_all, ptxas_stats
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
 
@@ -237,17 +237,9 @@ def job_plan(job: Job) -> tuple[ConvProblem, plan.Plan | plan.WeightGradPlan, tu
 # ---- compiling and reading the output -----------------------------------------------------------------
 
 
-def _ptxas_stats(log: str) -> dict:
-    regs = re.search(r"Used (\d+) registers", log)
-    spills = [int(v) for v in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
-    stack = re.search(r"(\d+) bytes stack frame", log)
-    return dict(registers=int(regs.group(1)) if regs else -1, spill_bytes=sum(spills) if spills else -1,
-                stack_bytes=int(stack.group(1)) if stack else -1)
-
-
 def facts(ptx: str, sass: str, ptxas_log: str) -> dict:
     """What the compile checks read off one kernel's PTX, SASS and ptxas log."""
-    found = _ptxas_stats(ptxas_log)
+    found = ptxas_stats(ptxas_log)
     maxnreg = re.search(r"^\.maxnreg (\d+)", ptx, re.MULTILINE)
     threads = re.search(r"^\.reqntid (\d+)", ptx, re.MULTILINE)
     found.update(
@@ -385,16 +377,6 @@ def _sum_problems(result: dict) -> list[str]:
     return issues
 
 
-def compile_all(job_list: list[Job], workers: int) -> list[dict]:
-    """Compile ``job_list`` in ``workers`` processes (spawned: nothing of this process's triton state leaks)."""
-    if workers <= 1:
-        return [compile_job(job) for job in job_list]
-    import multiprocessing
-
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(compile_job, job_list))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conv_gluon.aot", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile processes")
@@ -404,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("unset TRITON_INTERPRET: the compile checks need Triton's compiler")
     job_list = [j for j in jobs() if args.only is None or args.only in j.id]
-    results = compile_all(job_list, args.jobs)
+    results = compile_all(compile_job, job_list, args.jobs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=0)

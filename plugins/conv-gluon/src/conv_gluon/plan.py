@@ -17,6 +17,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from conv_core.aot import DIVISIBLE, scalar_argument
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
 
@@ -520,22 +521,19 @@ def specialization(arg_names, dtypes: dict[str, str], scalars: dict[str, int], c
     """:func:`aot_specialization` of any kernel: descriptors (``tensor_maps``), pointers (the other names of
     ``dtypes``), integer ``scalars`` and ``constexprs``."""
     signature, consts, attrs = {}, {}, {}
-    divisible = [["tt.divisibility", 16]]
     for index, name in enumerate(arg_names):
         if name in tensor_maps:
             signature[name] = descriptor_signature(tensor_maps[name], dtypes[name])
         elif name in dtypes:
             signature[name] = "*" + TRITON_DTYPE[dtypes[name]]
             if name not in unaligned:
-                attrs[(index,)] = divisible
+                attrs[(index,)] = DIVISIBLE
         elif name in scalars:
-            value = scalars[name]
-            if value == 1:
-                signature[name], consts[name] = "constexpr", 1
-                continue
-            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
-            if value % 16 == 0:
-                attrs[(index,)] = divisible
+            signature[name], divisible = scalar_argument(scalars[name])
+            if signature[name] == "constexpr":
+                consts[name] = scalars[name]
+            elif divisible:
+                attrs[(index,)] = DIVISIBLE
         else:
             signature[name], consts[name] = "constexpr", constexprs[name]
     return signature, consts, attrs

@@ -24,9 +24,9 @@ import os
 import re
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 
+from conv_core.aot import compile_all, ptxas_stats
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
 
@@ -242,11 +242,9 @@ def _amd_stats(asm: str) -> dict:
 
 
 def _ptxas_stats(log: str) -> dict:
-    regs = re.search(r"Used (\d+) registers", log)
-    spills = [int(v) for v in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
-    stack = re.search(r"(\d+) bytes stack frame", log)
-    return dict(registers=int(regs.group(1)) if regs else -1, sgprs=0, spills=sum(spills) if spills else -1,
-                scratch_bytes=int(stack.group(1)) if stack else -1)
+    """ptxas's figures under the names the AMD figures use (``sgprs`` do not exist on NVIDIA)."""
+    stats = ptxas_stats(log)
+    return dict(registers=stats["registers"], sgprs=0, spills=stats["spill_bytes"], scratch_bytes=stats["stack_bytes"])
 
 
 def compile_launch(launch: plan.Launch, dtypes: dict[str, str], target: str):
@@ -311,16 +309,6 @@ def problems_of(result: dict) -> list[str]:
     return issues
 
 
-def compile_all(job_list: list[Job], workers: int) -> list[dict]:
-    """Compile ``job_list`` in ``workers`` processes (spawned, so nothing of this process's triton state leaks)."""
-    if workers <= 1:
-        return [compile_job(job) for job in job_list]
-    import multiprocessing
-
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(compile_job, job_list))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conv_rdna.aot", description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", action="append", choices=sorted(TARGETS), help="repeatable; default: all")
@@ -332,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if plan.interpreting():
         parser.error("unset TRITON_INTERPRET: the compile checks need Triton's compiler, not its interpreter")
-    results = compile_all((space_jobs if args.sweep_space else jobs)(tuple(args.target or TARGETS)), args.jobs)
+    results = compile_all(compile_job, (space_jobs if args.sweep_space else jobs)(tuple(args.target or TARGETS)),
+                          args.jobs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=0)

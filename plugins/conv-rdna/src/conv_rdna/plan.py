@@ -18,6 +18,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from conv_core.aot import DIVISIBLE, scalar_argument
 from conv_core.geometry import Geometry
 from conv_core.problem import ConvProblem, dense_strides
 
@@ -657,19 +658,16 @@ def aot_specialization(launch: Launch, dtypes: dict[str, str]) -> tuple[dict, di
     aligned, as torch allocates) pointers divisible by 16 get the divisibility attribute."""
     pointers, scalars, constexprs = dict(launch.pointers), dict(launch.scalars), dict(launch.constexprs)
     signature, consts, attrs = {}, {}, {}
-    divisible = [["tt.divisibility", 16]]
     for index, name in enumerate(launch.kernel.arg_names):
         if name in pointers:
             signature[name] = "*" + TRITON_DTYPE[dtypes[pointers[name]]]
-            attrs[(index,)] = divisible
+            attrs[(index,)] = DIVISIBLE
         elif name in scalars:
-            value = scalars[name]
-            if value == 1:
-                signature[name], consts[name] = "constexpr", 1
-                continue
-            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
-            if value % 16 == 0:
-                attrs[(index,)] = divisible
+            signature[name], divisible = scalar_argument(scalars[name])
+            if signature[name] == "constexpr":
+                consts[name] = scalars[name]
+            elif divisible:
+                attrs[(index,)] = DIVISIBLE
         else:
             signature[name], consts[name] = "constexpr", constexprs[name]
     return signature, consts, attrs

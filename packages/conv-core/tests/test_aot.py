@@ -1,0 +1,23 @@
+"""The ahead-of-time compile helpers the Triton backends share (conv_core.aot)."""
+
+from conv_core import aot
+
+
+def test_scalar_arguments_are_specialized_as_tritons_jit_does():
+    assert aot.scalar_argument(1) == ("constexpr", False)
+    assert aot.scalar_argument(48) == ("i32", True)
+    assert aot.scalar_argument(7) == ("i32", False)
+    assert aot.scalar_argument(0) == ("i32", True)
+    assert aot.scalar_argument(2**31) == ("i64", True)
+    assert aot.scalar_argument(-(2**31) - 3) == ("i64", False)
+
+
+def test_ptxas_stats_reads_registers_spills_and_stack():
+    log = ("ptxas info    : Used 168 registers, used 1 barriers, 16 bytes stack frame\n"
+           "ptxas info    : 8 bytes spill stores, 12 bytes spill loads\n")
+    assert aot.ptxas_stats(log) == {"registers": 168, "spill_bytes": 20, "stack_bytes": 16}
+    assert aot.ptxas_stats("") == {"registers": -1, "spill_bytes": -1, "stack_bytes": -1}
+
+
+def test_compile_all_in_this_process_keeps_the_order():
+    assert aot.compile_all(lambda job: {"job": job * 2}, [3, 1, 2], workers=1) == [{"job": 6}, {"job": 2}, {"job": 4}]
