@@ -14,7 +14,10 @@ whose winning configuration changed after the tune still ranks on a measured tim
 Kernel ids the bench timed but the tables lack (a family added after the tune) are added from the
 bench too, with its time: a new kernel then ranks on a measurement, never on its estimate alone.
 
-Usage: python3 scripts/conservative_tables.py [--sweep SWEEP.json] TABLES_DIR OUT_DIR BENCH.json...
+A backend that ships no table yet (``--new NAME``) gets one started from the bench's times of its kernels,
+with the device of the other tables: its first measured table, to be made conservative by the next run.
+
+Usage: python3 scripts/conservative_tables.py [--sweep SWEEP.json] [--new BACKEND] TABLES_DIR OUT_DIR BENCH.json...
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
+from importlib.metadata import version
 from pathlib import Path
 
 from conv_core.tuning import Entry, read_entries, write_entries
@@ -45,13 +49,27 @@ def sweep_entries(path: str, backend: str, device: str, version: str) -> list[En
                   version, row["us"]) for row in data["results"] if row["us"] is not None]
 
 
+def start_table(backend: str, times: dict, like: Path, out: Path) -> None:
+    """``<backend>_<arch>.json`` in ``out`` from the bench times of ``backend``'s kernels, on the device and
+    architecture of the table ``like``."""
+    template = read_entries(like)[0]
+    entries = [replace(template, problem=problem, kernel=kernel, us=us, backend_version=version(f"conv-{backend}"))
+               for (problem, kernel), us in sorted(times.items()) if kernel.startswith(backend + ":")]
+    write_entries(out / f"{backend}_{template.arch}.json", entries)
+    print(f"{backend}_{template.arch}.json: {len(entries)} entries (new)")
+
+
 def main(argv=None) -> int:
     args = list(argv or sys.argv[1:])
-    sweep = None
+    sweep = new = None
     if args[0] == "--sweep":
         sweep, args = args[1], args[2:]
+    if args[0] == "--new":
+        new, args = args[1], args[2:]
     tables, out, *benches = args
     again = bench_times(benches)
+    if new:
+        start_table(new, again, sorted(Path(tables).glob("*.json"))[0], Path(out))
     for path in sorted(Path(tables).glob("*.json")):
         entries = []
         for e in read_entries(path):

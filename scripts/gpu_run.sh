@@ -12,6 +12,8 @@
 #                package's data/swept/<arch>.json for the stages after it (OUT_DIR/sweep_NAME.json)
 #   gluon      : scripts/gpu_gluon.py's stages ($GLUON_ARGS) into OUT_DIR/gluon
 #   pytest:PATH : CUDA pytest of one test file (CONV_RDNA_TEST_DEVICE=cuda), -k $PYTEST_K if set
+#   profile    : Nsight Compute on the kernels named conv_* of each case in $PROFILE_CASES (lines
+#                "KERNEL|LAYER KEY", run by scripts/profile_layer.py) into OUT_DIR/profile.txt
 # bench and tune load only aten and backend NAME (CONV_CORE_PLUGINS); REPS sets their repetitions (30);
 # BENCH_SUITES, BENCH_DIRECTIONS and BENCH_LAYOUTS narrow bench (default: all three suites, directions, layouts).
 set -uo pipefail
@@ -92,6 +94,17 @@ for stage in "$@"; do
     pytest:*)
       CONV_RDNA_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider "${stage#pytest:}" ${PYTEST_K:+-k "$PYTEST_K"} \
         2>&1 | tail -30 | tee -a "$out/pytest.txt" || status=1
+      ;;
+    profile)
+      while IFS='|' read -r kernel layer; do
+        [ -n "$kernel" ] || continue
+        echo "=== $kernel on $layer" | tee -a "$out/profile.txt"
+        ncu --clock-control none --kernel-name-base function --kernel-name regex:^conv_ --launch-skip 1 \
+          --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+          --section LaunchStats --section WarpStateStats --section SchedulerStats \
+          python3 scripts/profile_layer.py "$kernel" "$layer" --reps 2 >> "$out/profile.txt" 2>&1 || status=1
+      done <<< "${PROFILE_CASES:-}"
+      tail -40 "$out/profile.txt"
       ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac

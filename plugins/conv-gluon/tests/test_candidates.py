@@ -9,6 +9,7 @@ import torch
 from conv_core.candidate import Candidate, Declined, check_candidate
 from conv_core.estimate import roofline_us
 from conv_core.problem import ConvProblem
+from conv_core.tuning import read_entries
 from conv_gluon import candidates, hooks, toolchain
 
 CUDA = torch.device("cuda")  # only its type is read
@@ -36,7 +37,10 @@ def test_backend_loads_through_its_entry_point():
     assert backend is not None and backend.ok, getattr(backend, "load_error", None)
     info = hooks.conv_core_backend_info()
     assert info.name == "gluon" and info.targets == ("sm_90",)
-    assert list(hooks.conv_core_tuning_tables()) == []  # nothing measured yet
+    (table,) = hooks.conv_core_tuning_tables()  # measured on the H100 (docs/benchmarks)
+    entries = read_entries(table)
+    assert table.name == "gluon_sm_90.json" and entries
+    assert all(e.kernel.startswith("gluon:") and e.arch == "sm_90" and e.us > 0 for e in entries)
 
 
 @pytest.mark.parametrize("p, kernels", [

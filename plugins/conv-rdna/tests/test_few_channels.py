@@ -149,12 +149,13 @@ VAE_IN = ConvProblem("fwd", 1, 4, 512, (64, 64), 3, 1, 1, 1, dtype="bfloat16", l
     (IMAGE_OUT.replace(in_channels=18, out_channels=18, groups=2), []),  # 9 channels per group
     (IMAGE_OUT.replace(dilation=(8, 8), padding=8), []),  # a 17x17 window fits no 256-pixel tile
     (ConvProblem("fwd", 1, 128, 3, (512,), 17, 1, 8, 1), ["few_channels_out"]),  # 1D: a 1x256 tile
-    # backward passes: the weight gradients under the forward's conditions, the data gradients at stride 1
+    # backward passes: the weight gradients under the forward's conditions; the data gradients of few output
+    # channels at any stride (one launch per phase), of few input channels at stride 1
     (STEM.with_direction("bwd_weight"), ["few_channels_in_bwd_weight"]),
-    (STEM.with_direction("bwd_data"), []),  # stride 2 (never needed in training)
+    (STEM.with_direction("bwd_data"), []),  # stride 2: the phased general kernel
     (IMAGE_OUT.with_direction("bwd_weight"), ["few_channels_out_bwd_weight"]),
     (IMAGE_OUT.with_direction("bwd_data"), ["few_channels_out_bwd_data"]),
-    (IMAGE_OUT.replace(stride=2).with_direction("bwd_data"), []),
+    (IMAGE_OUT.replace(stride=2).with_direction("bwd_data"), ["few_channels_out_bwd_data"]),
     (VAE_IN.with_direction("bwd_weight"), ["few_channels_in_bwd_weight"]),
     (VAE_IN.with_direction("bwd_data"), ["few_channels_in_bwd_data"]),
     (VAE_IN.replace(stride=2).with_direction("bwd_data"), []),

@@ -112,7 +112,7 @@ def test_weight_gradient_splits_are_deterministic(kernel, fields, splits):
     assert torch.equal(launch.run(problem, p, *operands), out), "the split reduction must be deterministic"
 
 
-# ---- data gradients at stride 1: the forward kernels on dy ------------------------------------------------------
+# ---- data gradients: the forward kernels on dy, a launch per stride phase ------------------------------------------
 
 DATA_FEW_OUT = {  # few output channels: conv_fwd_few_cin on dy
     "image-mini": dict(in_channels=24, out_channels=3, input_size=(11, 14), filter_size=3, padding=1),
@@ -120,6 +120,9 @@ DATA_FEW_OUT = {  # few output channels: conv_fwd_few_cin on dy
                       padding=((1, 2), (3, 0))),
     "pad-beyond-reach": dict(in_channels=5, out_channels=4, input_size=(5, 6), filter_size=(1, 2),
                              padding=((2, 1), (1, 3))),  # dil*(R-1) - pad < 0: negative padding on dy
+    "s2-odd": dict(in_channels=12, out_channels=3, input_size=(11, 10), filter_size=3, stride=2, padding=1),
+    "s-2x3-asym": dict(batch=3, in_channels=9, out_channels=2, input_size=(10, 14), filter_size=(4, 5),
+                       stride=(2, 3), padding=((0, 3), (2, 1))),
 }
 DATA_FEW_IN = {  # few input channels: conv_fwd_few_cout on dy
     "conv_in-mini": dict(in_channels=4, out_channels=20, input_size=(9, 10), filter_size=3, padding=1),
@@ -134,8 +137,10 @@ DATA_FEW_IN = {  # few input channels: conv_fwd_few_cout on dy
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize("name", DATA_FEW_OUT)
 def test_data_gradient_few_output_channels(name, dtype, layout):
-    p, _, _ = check(bwd("bwd_data", dtype, layout, **DATA_FEW_OUT[name]), "few_channels_out_bwd_data", CIN_TILES)
-    assert p.launches[0].kernel.__name__ == "conv_fwd_few_cin"
+    problem = bwd("bwd_data", dtype, layout, **DATA_FEW_OUT[name])
+    p, _, _ = check(problem, "few_channels_out_bwd_data", CIN_TILES)
+    assert {launch.kernel.__name__ for launch in p.launches} == {"conv_fwd_few_cin"}
+    assert len(p.launches) == math.prod(problem.stride)  # one per stride phase
     assert dict(p.launches[0].scalars)["sws"] < 0  # the flip is a negative stride, not a copy
 
 
@@ -143,9 +148,32 @@ def test_data_gradient_few_output_channels(name, dtype, layout):
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize("name", DATA_FEW_IN)
 def test_data_gradient_few_input_channels(name, dtype, layout):
-    p, _, _ = check(bwd("bwd_data", dtype, layout, **DATA_FEW_IN[name]), "few_channels_in_bwd_data", COUT_TILES)
-    assert p.launches[0].kernel.__name__ == "conv_fwd_few_cout"
+    problem = bwd("bwd_data", dtype, layout, **DATA_FEW_IN[name])
+    p, _, _ = check(problem, "few_channels_in_bwd_data", COUT_TILES)
+    assert [launch.kernel.__name__ for launch in p.launches] == ["conv_fwd_few_cout"]
     assert p.launches[0].grid[0] > 2  # several pixel tiles per image
+
+
+def test_stride_phases_of_the_stem():
+    """7x7 at stride 2, padding 3: phase (a, b) of dx takes the taps of parity ``(a + 3) mod 2``, 4 or 3 per
+    axis, flipped; it writes every second pixel from (a, b); every pixel of dx belongs to exactly one phase."""
+    problem = STEM.with_direction("bwd_data")
+    phases = plan.bwd_data_phases(plan.Geometry.of(problem))
+    assert [(ph.first, ph.tap0, (ph.geometry.r, ph.geometry.s)) for ph in phases] == [
+        ((0, 0), (1, 1), (3, 3)), ((0, 1), (1, 0), (3, 4)), ((1, 0), (0, 1), (4, 3)), ((1, 1), (0, 0), (4, 4))]
+    assert sum(ph.geometry.p * ph.geometry.q for ph in phases) == 224 * 224
+    runs = plan.forward_runs(problem)
+    syh, syw = 224 * 3, 3  # channels-last dx
+    assert [run.output["Y_OFF"] for run in runs] == [0, syw, syh, syh + syw]
+    assert {(run.output["syh"], run.output["syw"]) for run in runs} == {(2 * syh, 2 * syw)}
+
+
+def test_strided_data_gradient_with_an_empty_phase():
+    """One input row at stride 2: the phases of odd rows have no pixels and no launch."""
+    problem = bwd("bwd_data", "float32", "channels_first", in_channels=8, out_channels=3, input_size=(1, 9),
+                  filter_size=(1, 3), stride=2, padding=((0, 0), (1, 1)))
+    p, _, _ = check(problem, "few_channels_out_bwd_data", CIN_TILES)
+    assert len(p.launches) == 2
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -184,13 +212,19 @@ def test_with_the_tables_configuration(kernel, direction, fields, tiles):
 # ---- where they are offered ---------------------------------------------------------------------------------------
 
 
-def test_data_gradients_only_at_stride_one():
-    """At stride 2 the data gradient is no forward convolution of dy: only the phased kernel (the stem's)."""
-    for base in (IMAGE_OUT, VAE_IN, STEM):
-        strided = base.replace(stride=2).with_direction("bwd_data")
-        assert candidates.kernels_for(strided) == ("bwd_data_phased",)
-        assert candidates.kernels_for(strided.replace(layout="channels_first")) == ("bwd_data_phased",)
-        assert [k for k in candidates.kernels_for(strided.with_direction("bwd_weight")) if k.startswith("few")]
+def test_strided_data_gradients_run_per_phase():
+    """At stride 2 the data gradient of few output channels runs one launch per phase; where a phase cannot be
+    a forward convolution (dilated and strided, or a stride past the filter: a phase with no tap) only the
+    phased general kernel is offered. That of few input channels stays at stride 1 (its shift-and-add bounds
+    it on the stem's phases: see plan.few_channels_kernels)."""
+    strided = IMAGE_OUT.replace(stride=2).with_direction("bwd_data")
+    for layout in LAYOUTS:
+        assert "few_channels_out_bwd_data" in candidates.kernels_for(strided.replace(layout=layout))
+    assert candidates.kernels_for(strided.replace(dilation=2)) == ("bwd_data_phased",)
+    past_the_filter = bwd("bwd_data", in_channels=8, out_channels=3, input_size=(9, 9), filter_size=2, stride=3)
+    assert candidates.kernels_for(past_the_filter) == ("bwd_data_phased",)
+    for base in (VAE_IN, STEM):
+        assert candidates.kernels_for(base.replace(stride=2).with_direction("bwd_data")) == ("bwd_data_phased",)
 
 
 def test_weight_gradient_split_rule():

@@ -19,8 +19,9 @@ the table picks (:func:`conv_rdna.configs.select`):
                                    (channel, tap) rows, reduced over input pixels, deterministic split reduction
 ``few_channels_in_bwd_data``       data gradient at stride 1 with at most 8 input channels per group:
                                    ``few_channels_out``'s kernel on ``dy`` with the flipped weight
-``few_channels_out_bwd_data``      data gradient at stride 1 with at most 8 output channels per group:
-                                   ``few_channels_in``'s kernel on ``dy`` with the flipped weight
+``few_channels_out_bwd_data``      data gradient with at most 8 output channels per group: ``few_channels_in``'s
+                                   kernel on ``dy`` with the flipped weight, a launch per stride phase (not
+                                   for dilated strided layers)
 ``depthwise_fwd``                  forward of depthwise problems (``groups == in_channels``, any multiplier)
 ``depthwise_bwd_data``             data gradient of depthwise problems
 ``depthwise_bwd_weight``           weight gradient of depthwise problems, deterministic split reduction

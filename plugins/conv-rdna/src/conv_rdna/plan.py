@@ -213,23 +213,26 @@ def forward_weight(problem: ConvProblem) -> dict:
     return dict(W_OFF=0, swg=g.cout * swk, swo=swk, swi=swc, swr=swr, sws=sws)
 
 
-def flipped_weight(problem: ConvProblem) -> dict:
-    """The same for the stride-1 data gradient as a forward convolution of ``dy``: ``w'[o=c, i=k, r, s] =
-    w[k, c, R-1-r, S-1-s]``, produced and reduced channels swapped and the taps walked backwards from the
-    last one (negative strides), so no copy of the weight is made."""
+def flipped_weight(problem: ConvProblem, phase: Phase | None = None) -> dict:
+    """The same for the data gradient as a forward convolution of ``dy`` (:func:`bwd_data_phases`; at stride 1
+    its one phase): ``w'[o=c, i=k, t_r, t_s] = w[k, c, r0 + sh*(taps_h-1-t_r), s0 + sw*(taps_w-1-t_s)]``,
+    produced and reduced channels swapped and the phase's taps walked backwards from its last one (negative
+    strides), so no copy of the weight is made."""
     g = Geometry.of(problem)
+    phase = phase or _single_phase(g)
     swk, swc, swr, sws = strides_nchw(problem.weight_shape, problem.layout)
-    return dict(W_OFF=(g.r - 1) * swr + (g.s - 1) * sws, swg=g.cout * swk, swo=swc, swi=swk, swr=-swr, sws=-sws)
+    (sh, sw_), (r0, s0), f = g.stride, phase.tap0, phase.geometry
+    return dict(W_OFF=(r0 + sh * (f.r - 1)) * swr + (s0 + sw_ * (f.s - 1)) * sws, swg=g.cout * swk, swo=swc,
+                swi=swk, swr=-sh * swr, sws=-sw_ * sws)
 
 
-def _forward_gemm_args(problem: ConvProblem, config: TileConfig, g: Geometry, weight: dict) -> tuple:
+def _forward_gemm_args(problem: ConvProblem, config: TileConfig, g: Geometry, weight: dict, output: dict) -> tuple:
     """(grid, pointers, scalars, constexprs) shared by the forward implicit GEMMs: output pixels x output
     channels tiles, one grid column per group, operands through their strides, the fused epilogue.
-    ``g`` is the convolution the kernel computes (the problem's, or its data gradient as a forward
-    convolution of ``dy``) and ``weight`` the weight's scalar arguments."""
+    ``g`` is the convolution the kernel computes (the problem's, or a phase of its data gradient as a
+    forward convolution of ``dy``), ``weight`` and ``output`` the weight's and the result's scalar arguments."""
     sx = strides_nchw(problem.operand_shapes[0], problem.layout)
-    sy = strides_nchw(problem.result_shape, problem.layout)
-    scalars = {**_conv_scalars(g), **_named("sx", sx), **weight, **_named("sy", sy)}
+    scalars = {**_conv_scalars(g), **_named("sx", sx), **weight, **output}
     grid = (_cdiv(g.batch * g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
@@ -237,8 +240,9 @@ def _forward_gemm_args(problem: ConvProblem, config: TileConfig, g: Geometry, we
 
 
 def _implicit_gemm(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    sy = strides_nchw(problem.result_shape, problem.layout)
     grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config, Geometry.of(problem),
-                                                             _weight_scalars(problem))
+                                                             _weight_scalars(problem), _named("sy", sy))
     return Plan(kernel, config, 1, (_launch(conv_fwd_implicit_gemm, grid, pointers, scalars, constexprs, config),))
 
 
@@ -339,13 +343,58 @@ def _implicit_gemm_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab
     return _cf_forward_plan(problem, kernel, config, Geometry.of(problem), forward_weight(problem))
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One stride phase of a data gradient as a forward convolution of ``dy`` (:func:`bwd_data_phases`)."""
+
+    #: ``dy`` (``cout`` channels, ``p x q``) in, the phase's pixels of ``dx`` (``cin`` channels) out, stride 1.
+    geometry: Geometry
+    #: ``(a, b)``: the phase's first ``dx`` row and column; it owns every stride-th one from there.
+    first: tuple[int, int]
+    #: ``(r0, s0)``: the first weight tap the phase uses along each axis; it uses every stride-th one.
+    tap0: tuple[int, int]
+
+
+def _axis_phase(a: int, size: int, taps: int, stride: int, pad: int, dil: int) -> tuple[int, int, int, int]:
+    """``(pixels, taps, first tap, padding)`` of phase ``a`` along one axis (see kernels/few_channels_bwd.py):
+    pixel ``stride*i + a`` takes taps ``r0 + stride*t`` from ``dy[i + e - t]``, ``e = (a + pad - r0) / stride``
+    (``stride == 1`` or ``dil == 1``)."""
+    r0 = (a + pad) % stride
+    phase_taps = len(range(r0, taps, stride))
+    return len(range(a, size, stride)), phase_taps, r0, dil * (phase_taps - 1) - (a + pad - r0) // stride
+
+
+def bwd_data_phases(g: Geometry) -> tuple[Phase, ...]:
+    """The data gradient of ``g`` as stride-1 forward convolutions of ``dy``, one per stride phase of ``dx``
+    that has pixels (one at stride 1, padded by ``dil*(R-1) - pad``); none where that cannot be done: a
+    dilated strided layer, or a phase with pixels but no tap (stride larger than the filter: zeros)."""
+    if g.stride != (1, 1) and g.dil != (1, 1):
+        return ()
+    phases = []
+    for a in range(g.stride[0]):
+        for b in range(g.stride[1]):
+            rows, taps_h, r0, pad_h = _axis_phase(a, g.h, g.r, g.stride[0], g.pad[0], g.dil[0])
+            cols, taps_w, s0, pad_w = _axis_phase(b, g.w, g.s, g.stride[1], g.pad[1], g.dil[1])
+            if not rows or not cols:
+                continue
+            if not taps_h or not taps_w:
+                return ()
+            on_dy = dataclasses.replace(g, cin=g.cout, cout=g.cin, h=g.p, w=g.q, p=rows, q=cols, r=taps_h, s=taps_w,
+                                        stride=(1, 1), pad=(pad_h, pad_w))
+            phases.append(Phase(on_dy, (a, b), (r0, s0)))
+    return tuple(phases)
+
+
+def _single_phase(g: Geometry) -> Phase:
+    assert g.stride == (1, 1), "the data gradient is one forward convolution at stride 1 only"
+    return bwd_data_phases(g)[0]
+
+
 def bwd_data_as_forward(g: Geometry) -> Geometry:
     """The stride-1 data gradient as a forward convolution: ``dy`` (``cout`` channels, ``p x q``) in, ``dx``
     (``cin`` channels, ``h x w``) out, padded by ``dil*(R-1) - pad`` (the weight flipped, see
     :func:`flipped_weight`)."""
-    assert g.stride == (1, 1), "the data gradient runs as a forward convolution at stride 1 only"
-    pad = (g.dil[0] * (g.r - 1) - g.pad[0], g.dil[1] * (g.s - 1) - g.pad[1])
-    return dataclasses.replace(g, cin=g.cout, cout=g.cin, h=g.p, w=g.q, p=g.h, q=g.w, pad=pad)
+    return _single_phase(g).geometry
 
 
 def _bwd_data_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
@@ -417,28 +466,56 @@ def _few_cout_fits(g: Geometry) -> bool:
 def few_channels_kernels(problem: ConvProblem) -> tuple[str, ...]:
     """The few-channel kernels that serve ``problem``: in every direction, those of few input channels per
     group, then those of few output channels (named after the layer, whatever the direction). The data
-    gradients run the forward kernels on ``dy`` and so exist at stride 1 only; the weight gradient of few
-    output channels keeps the forward's bound on the taps (its rows)."""
+    gradients run the forward kernels on ``dy``: that of few output channels once per stride phase
+    (:func:`bwd_data_phases`: not for dilated strided layers), that of few input channels at stride 1 only;
+    the weight gradient of few output channels keeps the forward's bound on the taps (its rows)."""
     g = Geometry.of(problem)
     if problem.direction == "bwd_weight":
         offered = (("few_channels_in_bwd_weight", g.cin <= FEW_CHANNELS),
                    ("few_channels_out_bwd_weight", g.cout <= FEW_CHANNELS and g.r * g.s <= FEW_COUT_MIN_BLOCK_N))
     elif problem.direction == "bwd_data":
-        if g.stride != (1, 1):
-            return ()
-        on_dy = bwd_data_as_forward(g)  # dy -> dx: the layer's input channels are produced here
-        offered = (("few_channels_in_bwd_data", _few_cout_fits(on_dy)),
-                   ("few_channels_out_bwd_data", on_dy.cin <= FEW_CHANNELS))
+        # dy -> dx: the layer's input channels are produced here. few_channels_in_bwd_data stays at stride 1:
+        # on the stem's four phases (16 taps x 3 channels, 48 Z columns) its shift-and-add bounds it, not its
+        # bytes (290 us a phase on the H100: L1 70% busy, DRAM 6%), slower than the phased general kernel.
+        on_dy = [phase.geometry for phase in bwd_data_phases(g)]
+        offered = (("few_channels_in_bwd_data", g.stride == (1, 1) and _few_cout_fits(on_dy[0])),
+                   ("few_channels_out_bwd_data", bool(on_dy) and g.cout <= FEW_CHANNELS))
     else:
         offered = (("few_channels_in", g.cin <= FEW_CHANNELS), ("few_channels_out", _few_cout_fits(g)))
     return tuple(kernel for kernel, ok in offered if ok)
 
 
-def forward_geometry(problem: ConvProblem) -> Geometry:
-    """The convolution a forward kernel computes for ``problem``: its own, or for a data gradient the
-    forward convolution of ``dy`` (:func:`bwd_data_as_forward`)."""
+@dataclass(frozen=True)
+class ForwardRun:
+    """One forward convolution that a few-channel forward kernel computes for a problem, as its scalars."""
+
+    geometry: Geometry
+    #: ``W_OFF``, ``W_EXTRA``, ``swo``, ``swi``, ``swr``, ``sws`` (see kernels/few_channels.py).
+    weight: dict
+    #: ``Y_OFF``, ``syn``, ``syc``, ``syh``, ``syw``: where the result's pixels are written.
+    output: dict
+
+
+def forward_runs(problem: ConvProblem) -> tuple[ForwardRun, ...]:
+    """What the few-channel forward kernels run for ``problem``: its own forward convolution, or for a data
+    gradient one forward convolution of ``dy`` per stride phase (:func:`bwd_data_phases`) with the flipped
+    weight (:func:`flipped_weight`), each writing every stride-th pixel of ``dx`` from its first one. The
+    weight's group stride is given as what it adds to ``K_G`` produced-channel strides (``W_EXTRA``, 0 in the
+    forward)."""
     g = Geometry.of(problem)
-    return bwd_data_as_forward(g) if problem.direction == "bwd_data" else g
+    syn, syc, syh, syw = strides_nchw(problem.result_shape, problem.layout)
+
+    def run(on: Geometry, weight: dict, first=(0, 0), stride=(1, 1)) -> ForwardRun:
+        weight = dict(weight)
+        weight["W_EXTRA"] = weight.pop("swg") - on.cout * weight["swo"]
+        output = dict(Y_OFF=first[0] * syh + first[1] * syw, syn=syn, syc=syc, syh=stride[0] * syh,
+                      syw=stride[1] * syw)
+        return ForwardRun(on, weight, output)
+
+    if problem.direction != "bwd_data":
+        return (run(g, forward_weight(problem)),)
+    return tuple(run(phase.geometry, flipped_weight(problem, phase), phase.first, g.stride)
+                 for phase in bwd_data_phases(g))
 
 
 def few_cout_chunk(g: Geometry, config: TileConfig) -> int:
@@ -450,37 +527,39 @@ def few_cout_work(problem: ConvProblem, config: TileConfig) -> tuple[float, int]
     """``(utilization, input reads)`` of ``few_channels_out``'s kernel (forward, or the data gradient of few
     input channels): the fraction of its matrix work that is useful (halo pixels, output slots outside the
     tile, padded columns and channels cost the rest), and how many times it reads the input from memory
-    (once per output-channel chunk)."""
-    g = forward_geometry(problem)
-    tile_h, tile_w, tile_p, tile_q = few_cout_tile(g, config.block_m)
-    chunks = _cdiv(g.cout, few_cout_chunk(g, config))
-    tiles = g.batch * g.groups * chunks * _cdiv(g.p, tile_p) * _cdiv(g.q, tile_q)
-    work = 2 * tiles * config.block_m * config.block_n * _cdiv(g.cin, config.block_k) * config.block_k
-    return problem.flops / work, chunks
-
-
-def few_channels_weight(problem: ConvProblem) -> dict:
-    """The weight's scalar arguments of the few-channel forward kernels, for the forward (:func:`forward_weight`)
-    or, for a data gradient, the flipped weight (:func:`flipped_weight`): the group stride is given as what it
-    adds to ``K_G`` produced-channel strides (``W_EXTRA``, 0 in the forward; see ``kernels/few_channels.py``)."""
-    weight = dict(flipped_weight(problem) if problem.direction == "bwd_data" else forward_weight(problem))
-    extra = weight.pop("swg") - forward_geometry(problem).cout * weight["swo"]
-    return {**weight, "W_EXTRA": extra}
+    (once per output-channel chunk of each run: each stride phase of a data gradient reads all of ``dy``)."""
+    work = reads = 0
+    for run in forward_runs(problem):
+        g = run.geometry
+        tile_h, tile_w, tile_p, tile_q = few_cout_tile(g, config.block_m)
+        chunks = _cdiv(g.cout, few_cout_chunk(g, config))
+        tiles = g.batch * g.groups * chunks * _cdiv(g.p, tile_p) * _cdiv(g.q, tile_q)
+        work += 2 * tiles * config.block_m * config.block_n * _cdiv(g.cin, config.block_k) * config.block_k
+        reads += chunks
+    return problem.flops / work, reads
 
 
 def _few_cin(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    """``conv_fwd_few_cin``: the forward of few input channels, or on ``dy`` the stride-1 data gradient of
-    few output channels."""
-    grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config, forward_geometry(problem),
-                                                             few_channels_weight(problem))
-    constexprs["CHANNELS_INNER"] = problem.layout == "channels_last"
-    return Plan(kernel, config, 1, (_launch(conv_fwd_few_cin, grid, pointers, scalars, constexprs, config),))
+    """``conv_fwd_few_cin``: the forward of few input channels, or on ``dy`` the data gradient of few output
+    channels (a launch per stride phase)."""
+    launches = []
+    for run in forward_runs(problem):
+        grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config, run.geometry, run.weight,
+                                                                 run.output)
+        constexprs["CHANNELS_INNER"] = problem.layout == "channels_last"
+        launches.append(_launch(conv_fwd_few_cin, grid, pointers, scalars, constexprs, config))
+    return Plan(kernel, config, 1, tuple(launches))
 
 
 def _few_cout(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    """``conv_fwd_few_cout``: the forward of few output channels, or on ``dy`` the stride-1 data gradient of
-    few input channels."""
-    g = forward_geometry(problem)
+    """``conv_fwd_few_cout``: the forward of few output channels, or on ``dy`` the data gradient of few input
+    channels (offered at stride 1, one run; the plan would take a launch per stride phase)."""
+    return Plan(kernel, config, 1, tuple(_few_cout_launch(problem, kernel, config, run)
+                                         for run in forward_runs(problem)))
+
+
+def _few_cout_launch(problem: ConvProblem, kernel: str, config: TileConfig, run: ForwardRun) -> Launch:
+    g = run.geometry
     tile = few_cout_tile(g, config.block_m)
     if tile is None or g.r * g.s > config.block_n:
         raise ValueError(f"{kernel} cannot run {problem.key} with {config.name}")
@@ -489,14 +568,13 @@ def _few_cout(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
     tiles_q = _cdiv(g.q, tile_q)
     tiles = _cdiv(g.p, tile_p) * tiles_q
     sx = strides_nchw(problem.operand_shapes[0], problem.layout)
-    sy = strides_nchw(problem.result_shape, problem.layout)
-    scalars = {**_conv_scalars(g), **_named("sx", sx), **few_channels_weight(problem), **_named("sy", sy),
+    scalars = {**_conv_scalars(g), **_named("sx", sx), **run.weight, **run.output,
                "TILE_P": tile_p, "TILE_Q": tile_q, "TILES_Q": tiles_q, "TILES": tiles, "K_CHUNK": chunk}
     grid = (g.batch * tiles, g.groups, _cdiv(g.cout, chunk))
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {**_epilogue(problem), **_tiles(config), "TILE_W": tile_w,
                   "K_PAD": 1 << (chunk - 1).bit_length()}
-    return Plan(kernel, config, 1, (_launch(conv_fwd_few_cout, grid, pointers, scalars, constexprs, config),))
+    return _launch(conv_fwd_few_cout, grid, pointers, scalars, constexprs, config)
 
 
 def _few_channels_bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:

@@ -6,6 +6,8 @@ tensor addressed through its strides (NCHW and NHWC in place; 1D runs as ``H = 1
 ``swi`` per reduced channel, ``swr`` and ``sws`` per tap; group ``g`` starts ``W_OFF + g * W_EXTRA`` elements
 past row ``g * K_G``, both 0 in the forward), so that the host also runs stride-1 data gradients through these
 kernels with the weight transposed and flipped by those strides instead of a copy (:mod:`.few_channels_bwd`).
+The output starts ``Y_OFF`` elements past ``y_ptr`` (0 in the forward): a strided data gradient runs one
+launch per stride phase, each writing every ``stride``-th pixel of ``dx`` from its own first one.
 The vector part of the weight address stays ``(g * K_G + column) * swo``, which the output address shares:
 the forward's register use is the one it was swept with (a separate group stride cost one configuration
 38 registers and a spill).
@@ -105,7 +107,7 @@ def conv_fwd_few_cin(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-    sxn, sxc, sxh, sxw, W_OFF, W_EXTRA, swo, swi, swr, sws, syn, syc, syh, syw,
+    sxn, sxc, sxh, sxw, W_OFF, W_EXTRA, swo, swi, swr, sws, Y_OFF, syn, syc, syh, syw,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     CHANNELS_INNER: tl.constexpr, INTERPRET: tl.constexpr,
@@ -149,7 +151,7 @@ def conv_fwd_few_cin(
 
     # Epilogue in float32: bias, activation, one rounding to the output dtype.
     acc = add_bias_and_activate(acc, bias_ptr + g * K_G, offs_n, n_ok, HAS_BIAS, ACTIVATION)
-    y = y_ptr + (n * syn + p * syh + q * syw)[:, None] + ((g * K_G + offs_n) * syc)[None, :]
+    y = y_ptr + Y_OFF + (n * syn + p * syh + q * syw)[:, None] + ((g * K_G + offs_n) * syc)[None, :]
     tl.store(y, cast_for_store(acc, y_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])
 
 
@@ -158,7 +160,7 @@ def conv_fwd_few_cout(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-    sxn, sxc, sxh, sxw, W_OFF, W_EXTRA, swo, swi, swr, sws, syn, syc, syh, syw,
+    sxn, sxc, sxh, sxw, W_OFF, W_EXTRA, swo, swi, swr, sws, Y_OFF, syn, syc, syh, syw,
     TILE_P, TILE_Q, TILES_Q, TILES, K_CHUNK,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TILE_W: tl.constexpr,
@@ -211,7 +213,7 @@ def conv_fwd_few_cout(
     src = tl.where(o_ok[:, None] & j_ok[None, :], src, 0)
     flat = tl.reshape(src * BLOCK_N + j[None, :], (BLOCK_M * BLOCK_N,))
     shifted = tl.reshape(tl.gather(tl.reshape(z, (BLOCK_M * BLOCK_N,)), flat, 0), (BLOCK_M, BLOCK_N))
-    y_pix = y_ptr + n * syn + p * syh + q * syw
+    y_pix = y_ptr + Y_OFF + n * syn + p * syh + q * syw
     for i in tl.static_range(K_PAD):  # output channel i of the chunk: the sum of its R*S columns
         k = chunk * K_CHUNK + i
         k_ok = (i < K_CHUNK) & (k < K_G)

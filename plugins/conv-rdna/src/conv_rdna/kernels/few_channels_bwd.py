@@ -53,8 +53,8 @@ kernel re-reads ``x`` once per tap (9 x 67 MB through L2) with 3 of 16 rows real
 once, and ``dy`` (27 gathered elements per input pixel, each ``dy`` element used by 9 taps) from L1;
 27 of ``BLOCK_M`` rows are real (32 on RDNA; 64 on Hopper, whose wgmma wants tiles of 64 rows).
 
-Data gradients (stride 1): the forward few-channel kernels
------------------------------------------------------------
+Data gradients: the forward few-channel kernels, one launch per stride phase
+-------------------------------------------------------------------------------
 At stride 1 the data gradient is a forward convolution of ``dy`` with ``w'[c, k, r, s] = w[k, c, R-1-r,
 S-1-s]`` and padding ``dil*(R-1) - pad`` (negative when the padding exceeds the filter's reach), as for
 ``bwd_data_cf``. The forward kernels of :mod:`.few_channels` address their weight through an offset and
@@ -63,7 +63,22 @@ a copy: the data gradient of a layer with few **output** channels (``dy`` has fe
 output's, ``K_RED = 3 x 9 = 27``, one reduction step, 128 produced channels written once: 67 MB, a 23 us
 floor) runs ``conv_fwd_few_cin``, and that of a layer with few **input** channels (``dx`` has few: the
 SD-VAE decoder's ``conv_in`` ``4 -> 512``, 36 Z columns over 512 reduced channels, ``dy`` read once plus
-the halo) runs ``conv_fwd_few_cout``. At stride > 1 the phased data gradient stays the only kernel.
+the halo) runs ``conv_fwd_few_cout``.
+
+At stride ``s`` (dilation 1) the input pixels split into ``s x s`` phases by their position modulo the
+stride. Along one axis, pixel ``h = s*i + a`` receives from the taps ``r = r0 + s*t`` with
+``r0 = (a + pad) mod s`` only, and from ``dy[i + e - t]`` with ``e = (a + pad - r0) / s``: a stride-1
+forward convolution of ``dy`` with the ``ceil((R - r0) / s)`` taps ``r0, r0 + s, ...`` flipped, padded by
+``taps - 1 - e``. Each phase is one launch: its weight is the same strides as the stride-1 flip
+multiplied by ``s`` from an offset tap, and its output ``dx`` from pixel ``(a, b)`` (``Y_OFF``) with the
+pixel strides multiplied by ``s``. A phase that has pixels but no tap (stride larger than the filter)
+would need zeros written; such layers keep the phased general kernel.
+
+Only the data gradient of few **output** channels runs by phases. That of few input channels stays at
+stride 1: on the RGB stem (7x7, stride 2; four phases of 3-4 x 3-4 taps, 48 Z columns for 3 channels)
+``conv_fwd_few_cout``'s shift-and-add, not its bytes, bounds it: 290 us a phase on the H100, with L1 70%
+busy and DRAM 6% (Nsight Compute), slower than the phased general kernel, which there takes 16-column
+tiles instead (the sm_90 ``bwd_data`` bucket for at most 16 input channels).
 """
 
 import triton
