@@ -12,6 +12,18 @@ def test_scalar_arguments_are_specialized_as_tritons_jit_does():
     assert aot.scalar_argument(-(2**31) - 3) == ("i64", False)
 
 
+def test_a_launch_is_specialized_argument_by_argument():
+    """Pointers keep their type and get the divisibility attribute when aligned; integers equal to 1 become
+    constexprs; everything else is a constexpr of the launch."""
+    names = ["x_ptr", "desc", "M", "ONE", "K", "BLOCK"]
+    signature, consts, attrs = aot.specialize(names, {"x_ptr": ("*bf16", True), "desc": ("tensordesc", False)},
+                                              {"M": 32, "ONE": 1, "K": 7}, {"BLOCK": 64})
+    assert signature == {"x_ptr": "*bf16", "desc": "tensordesc", "M": "i32", "ONE": "constexpr", "K": "i32",
+                         "BLOCK": "constexpr"}
+    assert consts == {"ONE": 1, "BLOCK": 64}
+    assert attrs == {(0,): aot.DIVISIBLE, (2,): aot.DIVISIBLE}
+
+
 def test_ptxas_stats_reads_registers_spills_and_stack():
     log = ("ptxas info    : Used 168 registers, used 1 barriers, 16 bytes stack frame\n"
            "ptxas info    : 8 bytes spill stores, 12 bytes spill loads\n")

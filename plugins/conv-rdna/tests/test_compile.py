@@ -10,12 +10,9 @@ within the architecture's shared-memory limit and the tables' own estimate of it
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
+from conv_core.aot import compile_in_subprocess
 from conv_rdna import aot, configs, plan
 
 JOBS = aot.jobs()
@@ -23,17 +20,8 @@ JOBS = aot.jobs()
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> dict[str, dict]:
-    out = tmp_path_factory.mktemp("aot")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(out / "triton-cache")
-    workers = max(2, os.cpu_count() or 1)
-    done = subprocess.run([sys.executable, "-m", "conv_rdna.aot", "--jobs", str(workers), "--json",
-                           str(out / "results.json")], env=env, capture_output=True, text=True,
-                          timeout=max(900, 4 * len(JOBS)))  # 2-3 s per job and core; more under contention
-    path = out / "results.json"
-    if not path.exists():
-        pytest.fail(f"the compile run wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}")
-    return {r["id"]: r for r in json.loads(path.read_text())}
+    timeout = max(900, 4 * len(JOBS))  # 2-3 s per job and core; more under contention
+    return {r["id"]: r for r in compile_in_subprocess("conv_rdna.aot", tmp_path_factory.mktemp("aot"), timeout)}
 
 
 @pytest.mark.parametrize("job", JOBS, ids=[job.id for job in JOBS])

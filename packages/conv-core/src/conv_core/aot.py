@@ -2,17 +2,23 @@
 
 A backend verifies its shipped configurations by compiling them on the CPU for GPUs it does not have
 (``triton.compile(ASTSource(...), target=GPUTarget(...))``) and reading the assembly. To compile the
-kernel a launch would run, it specializes the arguments as Triton's JIT would (:func:`scalar_argument`);
+kernel a launch would run, it specializes the arguments as Triton's JIT would (:func:`specialize`);
 to read NVIDIA's register and spill figures it parses ``ptxas -v`` (:func:`ptxas_stats`); and it spreads
-the compiles over processes (:func:`compile_all`).
+the compiles over processes (:func:`compile_all`), in a subprocess of its own when its tests run under
+Triton's interpreter (:func:`compile_in_subprocess`).
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 #: Triton's attribute for an argument divisible by 16 (pointers from torch's allocator, integers % 16 == 0).
 DIVISIBLE = [["tt.divisibility", 16]]
@@ -24,6 +30,30 @@ def scalar_argument(value: int) -> tuple[str, bool]:
     if value == 1:
         return "constexpr", False
     return ("i32" if -(2**31) <= value < 2**31 else "i64"), value % 16 == 0
+
+
+def specialize(arg_names, pointers: dict[str, tuple[str, bool]], scalars: dict[str, int],
+               constexprs: dict[str, object]) -> tuple[dict, dict, dict]:
+    """``(signature, constexprs, attrs)`` for ``triton.compile(ASTSource(...))``, as Triton's JIT specializes a
+    launch of a kernel with parameters ``arg_names``: ``pointers`` maps the pointer and descriptor arguments to
+    their type string and whether they get the divisibility attribute (16-byte aligned, as torch allocates);
+    integer ``scalars`` are specialized by :func:`scalar_argument`; every other parameter is a constexpr of
+    ``constexprs``."""
+    signature, consts, attrs = {}, {}, {}
+    for index, name in enumerate(arg_names):
+        if name in pointers:
+            signature[name], aligned = pointers[name]
+            if aligned:
+                attrs[(index,)] = DIVISIBLE
+        elif name in scalars:
+            signature[name], divisible = scalar_argument(scalars[name])
+            if signature[name] == "constexpr":
+                consts[name] = scalars[name]
+            elif divisible:
+                attrs[(index,)] = DIVISIBLE
+        else:
+            signature[name], consts[name] = "constexpr", constexprs[name]
+    return signature, consts, attrs
 
 
 def ptxas_stats(log: str) -> dict[str, int]:
@@ -43,3 +73,17 @@ def compile_all(compile_job: Callable[[object], dict], jobs: Sequence, workers: 
         return [compile_job(job) for job in jobs]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(compile_job, jobs))
+
+
+def compile_in_subprocess(module: str, out: Path, timeout_s: float) -> list[dict]:
+    """The results of ``python -m <module> --jobs N --json out/results.json``, a backend's compile checks, run
+    without ``TRITON_INTERPRET`` (a test process that has it set holds interpreted kernels, not JIT ones) and
+    with a fresh Triton cache in ``out`` (so that ptxas runs and reports), one compile process per core."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(out / "triton-cache")
+    path = out / "results.json"
+    done = subprocess.run([sys.executable, "-m", module, "--jobs", str(max(2, os.cpu_count() or 1)), "--json",
+                           str(path)], env=env, capture_output=True, text=True, timeout=timeout_s)
+    if not path.exists():
+        raise RuntimeError(f"{module} wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(path.read_text())

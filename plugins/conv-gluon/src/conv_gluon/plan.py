@@ -17,7 +17,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from conv_core.aot import DIVISIBLE, scalar_argument
+from conv_core.aot import specialize
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
 
@@ -520,23 +520,10 @@ def specialization(arg_names, dtypes: dict[str, str], scalars: dict[str, int], c
                    unaligned: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
     """:func:`aot_specialization` of any kernel: descriptors (``tensor_maps``), pointers (the other names of
     ``dtypes``), integer ``scalars`` and ``constexprs``."""
-    signature, consts, attrs = {}, {}, {}
-    for index, name in enumerate(arg_names):
-        if name in tensor_maps:
-            signature[name] = descriptor_signature(tensor_maps[name], dtypes[name])
-        elif name in dtypes:
-            signature[name] = "*" + TRITON_DTYPE[dtypes[name]]
-            if name not in unaligned:
-                attrs[(index,)] = DIVISIBLE
-        elif name in scalars:
-            signature[name], divisible = scalar_argument(scalars[name])
-            if signature[name] == "constexpr":
-                consts[name] = scalars[name]
-            elif divisible:
-                attrs[(index,)] = DIVISIBLE
-        else:
-            signature[name], consts[name] = "constexpr", constexprs[name]
-    return signature, consts, attrs
+    pointers = {name: ("*" + TRITON_DTYPE[dtype], name not in unaligned) for name, dtype in dtypes.items()}
+    pointers.update({name: (descriptor_signature(tensor_map, dtypes[name]), False)
+                     for name, tensor_map in tensor_maps.items()})
+    return specialize(arg_names, pointers, scalars, constexprs)
 
 
 def sum_specialization(plan: WeightGradPlan, arg_names) -> tuple[dict, dict, dict]:

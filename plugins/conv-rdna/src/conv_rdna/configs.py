@@ -373,13 +373,13 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
         return {"m": cout, "n": cin * taps, "red": pixels_out}
     if family == "few_channels_out_bwd_weight":  # rows: (output channel, tap); reduction: input pixels
         return {"m": cout * taps, "n": cin, "red": pixels_in}
-    # The data gradients: the forward kernels' view of the forward convolution of dy of one stride phase
-    # (its pixels, and its taps: every stride-th one, the largest phase's count).
-    phase_pixels = pixels_in // math.prod(problem.stride)
-    phase_taps = math.prod(-(-f // s) for f, s in zip(problem.filter_size, problem.stride))
-    if family == "few_channels_in_bwd_data":  # few_channels_out's view
-        return {"m": phase_pixels, "n": cin * phase_taps, "red": cout}
-    if family == "few_channels_out_bwd_data":  # few_channels_in's view
+    if family in ("few_channels_in_bwd_data", "few_channels_out_bwd_data"):
+        # The forward kernels' view of the forward convolution of dy of one stride phase: its pixels, and its
+        # taps (every stride-th one, the largest phase's count); few_channels_out's view, or few_channels_in's.
+        phase_pixels = pixels_in // math.prod(problem.stride)
+        phase_taps = math.prod(-(-f // s) for f, s in zip(problem.filter_size, problem.stride))
+        if family == "few_channels_in_bwd_data":
+            return {"m": phase_pixels, "n": cin * phase_taps, "red": cout}
         return {"m": phase_pixels, "n": cin, "red": cout * phase_taps}
     if family == "winograd":  # the 36 GEMMs: 4x4 output tiles x output channels, reduced over input channels
         tiles = problem.batch * math.prod(-(-size // 4) for size in problem.output_size)

@@ -18,7 +18,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from conv_core.aot import DIVISIBLE, scalar_argument
+from conv_core.aot import specialize
 from conv_core.geometry import Geometry
 from conv_core.problem import ConvProblem, dense_strides
 
@@ -732,20 +732,7 @@ def role_dtypes(problem: ConvProblem) -> dict[str, str]:
 
 def aot_specialization(launch: Launch, dtypes: dict[str, str]) -> tuple[dict, dict, dict]:
     """``(signature, constexprs, attrs)`` for ``triton.compile(ASTSource(...))``, as Triton's JIT would
-    specialize this launch: integer arguments equal to 1 become constexprs, integers and (16-byte
-    aligned, as torch allocates) pointers divisible by 16 get the divisibility attribute."""
-    pointers, scalars, constexprs = dict(launch.pointers), dict(launch.scalars), dict(launch.constexprs)
-    signature, consts, attrs = {}, {}, {}
-    for index, name in enumerate(launch.kernel.arg_names):
-        if name in pointers:
-            signature[name] = "*" + TRITON_DTYPE[dtypes[pointers[name]]]
-            attrs[(index,)] = DIVISIBLE
-        elif name in scalars:
-            signature[name], divisible = scalar_argument(scalars[name])
-            if signature[name] == "constexpr":
-                consts[name] = scalars[name]
-            elif divisible:
-                attrs[(index,)] = DIVISIBLE
-        else:
-            signature[name], consts[name] = "constexpr", constexprs[name]
-    return signature, consts, attrs
+    specialize this launch (:func:`conv_core.aot.specialize`; every pointer 16-byte aligned, as torch
+    allocates)."""
+    pointers = {name: ("*" + TRITON_DTYPE[dtypes[role]], True) for name, role in launch.pointers}
+    return specialize(launch.kernel.arg_names, pointers, dict(launch.scalars), dict(launch.constexprs))
