@@ -14,10 +14,15 @@ whose winning configuration changed after the tune still ranks on a measured tim
 Kernel ids the bench timed but the tables lack (a family added after the tune) are added from the
 bench too, with its time: a new kernel then ranks on a measurement, never on its estimate alone.
 
+Kernels rewritten since the tables were measured (``--drop rdna:few_channels_in,rdna:...``: kernel-id prefixes)
+lose their entries first, so the bench's times of the new code replace the old code's instead of being
+combined with them; the next independent run makes them conservative.
+
 A backend that ships no table yet (``--new NAME``) gets one started from the bench's times of its kernels,
 with the device of the other tables: its first measured table, to be made conservative by the next run.
 
-Usage: python3 scripts/conservative_tables.py [--sweep SWEEP.json] [--new BACKEND] TABLES_DIR OUT_DIR BENCH.json...
+Usage: python3 scripts/conservative_tables.py [--sweep SWEEP.json] [--new BACKEND] [--drop PREFIXES] TABLES_DIR OUT_DIR
+       BENCH.json...
 """
 
 from __future__ import annotations
@@ -62,10 +67,13 @@ def start_table(backend: str, times: dict, like: Path, out: Path) -> None:
 def main(argv=None) -> int:
     args = list(argv or sys.argv[1:])
     sweep = new = None
+    drop = ()
     if args[0] == "--sweep":
         sweep, args = args[1], args[2:]
     if args[0] == "--new":
         new, args = args[1], args[2:]
+    if args[0] == "--drop":
+        drop, args = tuple(f"{prefix}:" for prefix in args[1].split(",")), args[2:]
     tables, out, *benches = args
     again = bench_times(benches)
     if new:
@@ -73,6 +81,8 @@ def main(argv=None) -> int:
     for path in sorted(Path(tables).glob("*.json")):
         entries = []
         for e in read_entries(path):
+            if drop and e.kernel.startswith(drop):
+                continue
             other = again.get((e.problem, e.kernel))
             if e.status == "ok" and other is not None:
                 keep = min if e.kernel.startswith("aten:") else max

@@ -52,7 +52,7 @@ FEW_IN = {  # C_in 1..4, with stride 2, dilation 2, asymmetric padding and every
     2: dict(in_channels=2, out_channels=20, input_size=(7, 8), filter_size=3, dilation=2, padding=2, bias=True,
             activation="gelu"),
     3: dict(in_channels=3, out_channels=17, input_size=(13, 11), filter_size=7, stride=2, padding=3, bias=True,
-            activation="silu"),  # the RGB stem in miniature: K = 147 (10 steps of 16), 2 column tiles
+            activation="silu"),  # the RGB stem in miniature: K = 147 in 7 rows / 3 channels of 16-lane chunks
     4: dict(in_channels=4, out_channels=6, input_size=(8, 9), filter_size=3, stride=(1, 2), dilation=(2, 1),
             padding=((2, 1), (0, 1)), bias=True, activation="relu6"),
 }
@@ -63,7 +63,20 @@ FEW_IN = {  # C_in 1..4, with stride 2, dilation 2, asymmetric padding and every
 @pytest.mark.parametrize("cin", sorted(FEW_IN))
 def test_few_channels_in(cin, dtype, layout):
     p = check(fwd(dtype=dtype, layout=layout, **FEW_IN[cin]), "few_channels_in", IN_TILES)
-    assert dict(p.launches[0].constexprs)["CHANNELS_INNER"] == (layout == "channels_last")
+    const = dict(p.launches[0].constexprs)
+    assert const["CHANNELS_INNER"] == (layout == "channels_last")
+    # k longer than two 16-lane chunks walks its leading digit: filter rows (NHWC) or channels (NCHW)
+    long_k = const["C_G"] * const["R"] * const["S"] > 32
+    assert const["OUTER"] == (1 if not long_k else const["R"] if layout == "channels_last" else const["C_G"])
+
+
+def test_few_cin_outer_steps_of_the_stem():
+    """The stem: 7 filter rows of 21 (s, c) lanes in NHWC, 3 channels of 49 taps in NCHW; 4 -> 512 3x3 (36
+    lanes) at 32-lane chunks: one step."""
+    g = plan.Geometry.of(STEM)
+    assert plan.few_cin_outer_steps(g, "channels_last", 32) == 7
+    assert plan.few_cin_outer_steps(g, "channels_first", 32) == 3
+    assert plan.few_cin_outer_steps(plan.Geometry.of(VAE_IN), "channels_first", 32) == 1
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

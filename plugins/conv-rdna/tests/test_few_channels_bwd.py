@@ -188,12 +188,53 @@ def test_data_gradients_groups_and_1d(layout):
     assert p.launches[0].grid[1] == 2 and dict(p.launches[0].scalars)["W_EXTRA"] != 0
 
 
+# ---- data gradient of few input channels as a GEMM and a gather (kernels/col2im.py) ----------------------------------
+
+COL2IM = {**DATA_FEW_IN,
+          "stem-mini": FEW_IN["stem-mini"], "s-1x2-f2x3": FEW_IN["s-1x2-f2x3"],
+          "s-2x3-asym": dict(batch=3, in_channels=2, out_channels=9, input_size=(10, 14), filter_size=(4, 5),
+                             stride=(2, 3), padding=((0, 3), (2, 1))),
+          "dil2-s2": dict(in_channels=3, out_channels=5, input_size=(11, 12), filter_size=3, stride=2, dilation=2,
+                          padding=2)}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("name", COL2IM)
+def test_col2im_data_gradient(name, dtype, layout):
+    problem = bwd("bwd_data", dtype, layout, **COL2IM[name])
+    p, _, _ = check(problem, "col2im_bwd_data", SMALL)
+    assert [launch.kernel.__name__ for launch in p.launches] == ["conv_gemm1x1", "conv_col2im"]
+    g = plan.Geometry.of(problem)
+    assert p.workspace_elements == g.batch * g.p * g.q * problem.in_channels * g.r * g.s  # Z of the whole batch
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_col2im_groups_1d_and_chunks_of_images(layout, monkeypatch):
+    """Two groups (Z's columns per group), a 1D layer, and a workspace cap of one image's Z: a GEMM and a
+    gather per image, each on its own images (``A_OFF``, ``N0``), the workspace reused."""
+    grouped = bwd("bwd_data", "float16", layout, in_channels=6, out_channels=10, groups=2, input_size=(7, 9),
+                  filter_size=3, stride=2, padding=((0, 2), (1, 1)))
+    p, _, _ = check(grouped, "col2im_bwd_data", SMALL)
+    assert p.launches[1].grid[1] == 2
+    check(bwd("bwd_data", "float16", layout, in_channels=3, out_channels=8, input_size=(29,), filter_size=5,
+              stride=2, padding=((3, 1),)), "col2im_bwd_data", SMALL)
+    problem = bwd("bwd_data", "float16", layout, batch=3, **COL2IM["stem-mini"])
+    g = plan.Geometry.of(problem)
+    one_image = g.p * g.q * problem.in_channels * g.r * g.s
+    monkeypatch.setattr(plan, "COL2IM_WORKSPACE_BYTES", 4 * one_image)
+    p, _, _ = check(problem, "col2im_bwd_data", SMALL)
+    assert len(p.launches) == 6 and p.workspace_elements == one_image
+    assert [dict(launch.scalars)["N0"] for launch in p.launches[1::2]] == [0, 1, 2]
+
+
 # ---- bfloat16, the tables' configurations ------------------------------------------------------------------------
 
 BF16 = [("few_channels_in_bwd_weight", "bwd_weight", FEW_IN["stem-mini"], SMALL),
         ("few_channels_out_bwd_weight", "bwd_weight", FEW_OUT["image-mini"], SMALL),
         ("few_channels_out_bwd_data", "bwd_data", DATA_FEW_OUT["image-mini"], CIN_TILES),
-        ("few_channels_in_bwd_data", "bwd_data", DATA_FEW_IN["conv_in-mini"], COUT_TILES)]
+        ("few_channels_in_bwd_data", "bwd_data", DATA_FEW_IN["conv_in-mini"], COUT_TILES),
+        ("col2im_bwd_data", "bwd_data", FEW_IN["stem-mini"], SMALL)]
 
 
 @pytest.mark.parametrize("kernel, direction, fields, tiles", BF16)
@@ -215,16 +256,19 @@ def test_with_the_tables_configuration(kernel, direction, fields, tiles):
 def test_strided_data_gradients_run_per_phase():
     """At stride 2 the data gradient of few output channels runs one launch per phase; where a phase cannot be
     a forward convolution (dilated and strided, or a stride past the filter: a phase with no tap) only the
-    phased general kernel is offered. That of few input channels stays at stride 1 (its shift-and-add bounds
-    it on the stem's phases: see plan.few_channels_kernels)."""
+    phased general kernel is offered. That of few input channels runs at stride 1 only (its shift-and-add bounds
+    it on the stem's phases: see plan.few_channels_kernels); at any stride they have ``col2im_bwd_data``,
+    which also fills the pixels no tap reaches (a stride past the filter) with zeros."""
     strided = IMAGE_OUT.replace(stride=2).with_direction("bwd_data")
     for layout in LAYOUTS:
         assert "few_channels_out_bwd_data" in candidates.kernels_for(strided.replace(layout=layout))
     assert candidates.kernels_for(strided.replace(dilation=2)) == ("bwd_data_phased",)
     past_the_filter = bwd("bwd_data", in_channels=8, out_channels=3, input_size=(9, 9), filter_size=2, stride=3)
-    assert candidates.kernels_for(past_the_filter) == ("bwd_data_phased",)
+    assert candidates.kernels_for(past_the_filter) == ("bwd_data_phased", "col2im_bwd_data")
+    check(past_the_filter, "col2im_bwd_data", SMALL)
     for base in (VAE_IN, STEM):
-        assert candidates.kernels_for(base.replace(stride=2).with_direction("bwd_data")) == ("bwd_data_phased",)
+        assert candidates.kernels_for(base.replace(stride=2).with_direction("bwd_data")) == ("bwd_data_phased",
+                                                                                             "col2im_bwd_data")
 
 
 def test_weight_gradient_split_rule():
@@ -275,7 +319,8 @@ def test_h100_configurations():
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="real sizes run compiled on a GPU (CONV_RDNA_TEST_DEVICE=cuda)")
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("base, direction, kernel", BACKWARD)
+@pytest.mark.parametrize("base, direction, kernel", BACKWARD + [(STEM, "bwd_data", "col2im_bwd_data"),
+                                                                (VAE_IN, "bwd_data", "col2im_bwd_data")])
 def test_real_layers_on_the_gpu(base, direction, kernel, layout):
     """The ResNet-50 stem (batch 32, 224x224), the SD-VAE's conv_out 128 -> 3 (512x512) and conv_in 4 -> 512
     (64x64), bf16, both layouts, with the configuration the GPU's table gives, against the float64 reference."""

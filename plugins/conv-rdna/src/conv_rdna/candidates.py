@@ -19,6 +19,9 @@ the table picks (:func:`conv_rdna.configs.select`):
                                    (channel, tap) rows, reduced over input pixels, deterministic split reduction
 ``few_channels_in_bwd_data``       data gradient at stride 1 with at most 8 input channels per group:
                                    ``few_channels_out``'s kernel on ``dy`` with the flipped weight
+``col2im_bwd_data``                data gradient with at most 8 input channels per group, any geometry: ``Z = dy @ w``
+                                   over every (channel, tap) column, then a gather of ``dx`` from ``Z``
+                                   (float32 workspace, chunks of images)
 ``few_channels_out_bwd_data``      data gradient with at most 8 output channels per group: ``few_channels_in``'s
                                    kernel on ``dy`` with the flipped weight, a launch per stride phase (not
                                    for dilated strided layers)
@@ -226,7 +229,8 @@ def estimate(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, interpr
         if problem.layout == "channels_first" and p.kernel not in plan.CHANNELS_FIRST_KERNELS.values():
             compute *= tab.efficiency["channels_first_factor"]  # kernels tiled for channels-last tensors
     us = estimate_us(problem, compute, memory, launches=len(p.launches) + (1 if p.zero else 0))
-    us += 2 * p.workspace_bytes / (spec(problem.arch).copy_tbps * 1e6) / memory
+    passes = len(p.launches) // 2 if p.kernel == "col2im_bwd_data" else 1  # col2im reuses it per chunk of images
+    us += 2 * passes * p.workspace_bytes / (spec(problem.arch).copy_tbps * 1e6) / memory
     if interpreted:
         us = us * INTERPRETED_SLOWDOWN + INTERPRETED_FIXED_US
     return us

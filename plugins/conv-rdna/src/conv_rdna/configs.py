@@ -44,7 +44,7 @@ FEW_CHANNELS_BWD_WEIGHT_FAMILIES = ("few_channels_in_bwd_weight", "few_channels_
 #: kernels, which also run the stride-1 data gradients; :mod:`conv_rdna.kernels.few_channels_bwd`). Named
 #: after the layer: ``few_channels_in_bwd_data`` is the data gradient of a layer with few input channels.
 FEW_CHANNELS_FAMILIES = ("few_channels_in", "few_channels_out", *FEW_CHANNELS_BWD_WEIGHT_FAMILIES,
-                         "few_channels_in_bwd_data", "few_channels_out_bwd_data")
+                         "few_channels_in_bwd_data", "few_channels_out_bwd_data", "col2im_bwd_data")
 
 #: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`): its GEMMs' tiles (tiles x output x input channels).
 WINOGRAD_FAMILIES = ("winograd",)
@@ -373,6 +373,8 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
         return {"m": cout, "n": cin * taps, "red": pixels_out}
     if family == "few_channels_out_bwd_weight":  # rows: (output channel, tap); reduction: input pixels
         return {"m": cout * taps, "n": cin, "red": pixels_in}
+    if family == "col2im_bwd_data":  # Z = dy @ w: dy's pixels x every (channel, tap) column, reduced over dy's channels
+        return {"m": pixels_out, "n": cin * taps, "red": cout}
     if family in ("few_channels_in_bwd_data", "few_channels_out_bwd_data"):
         # The forward kernels' view of the forward convolution of dy of one stride phase: its pixels, and its
         # taps (every stride-th one, the largest phase's count); few_channels_out's view, or few_channels_in's.

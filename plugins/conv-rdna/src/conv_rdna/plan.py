@@ -26,6 +26,7 @@ from .configs import ArchTable, TileConfig, depthwise_split_count, split_count
 from .kernels.bwd_data import conv_bwd_data_phased
 from .kernels.bwd_weight import conv_bwd_weight_partial, reduce_splits
 from .kernels.channels_first import conv_bwd_weight_cf, conv_fwd_cf
+from .kernels.col2im import conv_col2im
 from .kernels.depthwise import conv_dw_bwd_data, conv_dw_bwd_weight, conv_dw_fwd
 from .kernels.few_channels import conv_fwd_few_cin, conv_fwd_few_cout
 from .kernels.few_channels_bwd import conv_bwd_weight_few_cin, conv_bwd_weight_few_cout
@@ -54,6 +55,7 @@ KERNELS = {
     "few_channels_out_bwd_weight": "few_channels_out_bwd_weight",
     "few_channels_in_bwd_data": "few_channels_in_bwd_data",
     "few_channels_out_bwd_data": "few_channels_out_bwd_data",
+    "col2im_bwd_data": "col2im_bwd_data",
     "winograd_f4x3": "winograd",
     "implicit_gemm_cf": "implicit_gemm_cf",
     "bwd_data_cf": "implicit_gemm_cf",
@@ -159,6 +161,7 @@ def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
                "few_channels_in_bwd_weight": _few_channels_bwd_weight,
                "few_channels_out_bwd_weight": _few_channels_bwd_weight,
                "few_channels_in_bwd_data": _few_cout, "few_channels_out_bwd_data": _few_cin,
+               "col2im_bwd_data": _col2im_bwd_data,
                "winograd_f4x3": _winograd,
                "implicit_gemm_cf": _implicit_gemm_cf, "bwd_data_cf": _bwd_data_cf,
                "bwd_weight_cf": _bwd_weight_cf}[kernel]
@@ -255,12 +258,67 @@ def _gemm1x1(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTab
     forward = problem.direction == "fwd"
     c_red, c_out = (g.cin, g.cout) if forward else (g.cout, g.cin)
     sw_red, sw_out = (swc, swk) if forward else (swk, swc)
-    scalars = dict(BATCH=g.batch, HW=g.h * g.w, C_RED=c_red, C_OUT=c_out, san=sa[0], sac=sa[1], sap=sa[3],
+    scalars = dict(BATCH=g.batch, HW=g.h * g.w, C_RED=c_red, C_OUT=c_out, A_OFF=0, san=sa[0], sac=sa[1], sap=sa[3],
                    sw_red=sw_red, sw_out=sw_out, sw_group=g.cout * swk, syn=sy[0], syc=sy[1], syp=sy[3])
     grid = (_cdiv(g.batch * g.h * g.w, config.block_m) * _cdiv(c_out, config.block_n), g.groups)
     pointers = dict(a_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
     return Plan(kernel, config, 1, (_launch(conv_gemm1x1, grid, pointers, scalars, constexprs, config),))
+
+
+#: Most bytes of float32 ``Z`` that ``col2im_bwd_data`` holds at once: it runs on chunks of whole images
+#: below this (the ResNet stem at batch 32 needs 236 MB for the whole batch: 8 images a chunk).
+COL2IM_WORKSPACE_BYTES = 64 << 20
+
+
+def _col2im_bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    """``col2im_bwd_data`` (kernels/col2im.py): per chunk of images, ``Z = dy @ w`` into the float32 workspace,
+    then the gather of ``dx`` from ``Z``; the workspace holds one chunk's ``Z``."""
+    g = Geometry.of(problem)
+    z_cols = g.groups * g.cin * g.r * g.s
+    chunk = max(1, min(g.batch, COL2IM_WORKSPACE_BYTES // (4 * g.p * g.q * z_cols)))
+    launches = []
+    for n0 in range(0, g.batch, chunk):
+        images = min(chunk, g.batch - n0)
+        launches += [_col2im_gemm(problem, g, config, n0, images), _col2im_gather(problem, g, tab, n0, images)]
+    return Plan(kernel, config, 1, tuple(launches), chunk * g.p * g.q * z_cols)
+
+
+def _col2im_gemm(problem: ConvProblem, g: Geometry, config: TileConfig, n0: int, images: int) -> Launch:
+    """``conv_gemm1x1`` on ``images`` images of ``dy`` from image ``n0``: ``dy``'s channels reduced against the
+    weight's rows, whose ``C_G * R * S`` columns (in the weight's memory order: ``c*swc + r*swr + s*sws``)
+    are ``Z``'s, every group's side by side in a row of ``Z``. ``config`` tiles it."""
+    sdy = strides_nchw(problem.output_shape, problem.layout)
+    swk = strides_nchw(problem.weight_shape, problem.layout)[0]
+    assert sdy[2] in (0, g.q * sdy[3]), "dense dy merges P and Q"
+    cols = g.cin * g.r * g.s
+    z_cols = g.groups * cols
+    scalars = dict(BATCH=images, HW=g.p * g.q, C_RED=g.cout, C_OUT=cols, A_OFF=n0 * sdy[0], san=sdy[0],
+                   sac=sdy[1], sap=sdy[3], sw_red=swk, sw_out=1, sw_group=g.cout * swk,
+                   syn=g.p * g.q * z_cols, syc=1, syp=z_cols)
+    grid = (_cdiv(images * g.p * g.q, config.block_m) * _cdiv(cols, config.block_n), g.groups)
+    pointers = dict(a_ptr="a", w_ptr="b", bias_ptr="workspace", y_ptr="workspace")
+    constexprs = dict(HAS_BIAS=False, ACTIVATION="", **_tiles(config), GROUP_M=config.group_m)
+    return _launch(conv_gemm1x1, grid, pointers, scalars, constexprs, config)
+
+
+def _col2im_gather(problem: ConvProblem, g: Geometry, tab: ArchTable, n0: int, images: int) -> Launch:
+    """``conv_col2im`` on the same images: one grid plane per stride phase, and as many elements (pixels x
+    channels) a program as the table's split reduction sums (``reduce``: both are passes over float32
+    partials)."""
+    swc, swr, sws = strides_nchw(problem.weight_shape, problem.layout)[1:]
+    (sh, sw_), (dh, dw) = g.stride, g.dil
+    h_ph, w_ph = _cdiv(g.h, sh), _cdiv(g.w, sw_)  # the largest stride phase
+    scalars = dict(BATCH=images, N0=n0, H=g.h, W=g.w, P=g.p, Q=g.q, R=g.r, S=g.s, PAD_H=g.pad[0], PAD_W=g.pad[1],
+                   DIL_H=dh, DIL_W=dw, H_PH=h_ph, W_PH=w_ph, Z_COLS=g.groups * g.cin * g.r * g.s, szc=swc, szr=swr,
+                   szs=sws, **_named("sx", strides_nchw(problem.input_shape, problem.layout)))
+    c_pad = _pow2_at_least(g.cin)
+    block_m = max(tab.reduce_block // c_pad, 16)
+    constexprs = dict(C_G=g.cin, STRIDE_H=sh, STRIDE_W=sw_, STEP_H=sh // math.gcd(sh, dh),
+                      STEP_W=sw_ // math.gcd(sw_, dw), BLOCK_M=block_m, C_PAD=c_pad, INTERPRET=interpreting())
+    return Launch(conv_col2im, (_cdiv(images * h_ph * w_ph, block_m), g.groups, sh * sw_),
+                  (("z_ptr", "workspace"), ("dx_ptr", "out")), tuple(scalars.items()), tuple(constexprs.items()),
+                  tab.reduce_warps, 1)
 
 
 def _bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
@@ -467,7 +525,8 @@ def few_channels_kernels(problem: ConvProblem) -> tuple[str, ...]:
     """The few-channel kernels that serve ``problem``: in every direction, those of few input channels per
     group, then those of few output channels (named after the layer, whatever the direction). The data
     gradients run the forward kernels on ``dy``: that of few output channels once per stride phase
-    (:func:`bwd_data_phases`: not for dilated strided layers), that of few input channels at stride 1 only;
+    (:func:`bwd_data_phases`: not for dilated strided layers), that of few input channels at stride 1 only
+    (and ``col2im_bwd_data``, a GEMM and a gather, at any stride);
     the weight gradient of few output channels keeps the forward's bound on the taps (its rows)."""
     g = Geometry.of(problem)
     if problem.direction == "bwd_weight":
@@ -479,6 +538,7 @@ def few_channels_kernels(problem: ConvProblem) -> tuple[str, ...]:
         # bytes (290 us a phase on the H100: L1 70% busy, DRAM 6%), slower than the phased general kernel.
         on_dy = [phase.geometry for phase in bwd_data_phases(g)]
         offered = (("few_channels_in_bwd_data", g.stride == (1, 1) and _few_cout_fits(on_dy[0])),
+                   ("col2im_bwd_data", g.cin <= FEW_CHANNELS),
                    ("few_channels_out_bwd_data", bool(on_dy) and g.cout <= FEW_CHANNELS))
     else:
         offered = (("few_channels_in", g.cin <= FEW_CHANNELS), ("few_channels_out", _few_cout_fits(g)))
@@ -539,6 +599,16 @@ def few_cout_work(problem: ConvProblem, config: TileConfig) -> tuple[float, int]
     return problem.flops / work, reads
 
 
+def few_cin_outer_steps(g: Geometry, layout: str, block_k: int) -> int:
+    """How many steps ``conv_fwd_few_cin`` splits its reduction ``k`` into: its leading digit in memory order
+    (the filter row in channels-last, the channel in channels-first) when ``k`` spans more than two
+    ``block_k`` chunks, else 1. Each step walks the other two digits in lanes whose offsets are computed
+    once (the stem: 7 rows of 21 lanes in NHWC, 3 channels of 49 in NCHW); a short ``k`` is one step."""
+    if g.cin * g.r * g.s <= 2 * block_k:
+        return 1
+    return g.r if layout == "channels_last" else g.cin
+
+
 def _few_cin(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
     """``conv_fwd_few_cin``: the forward of few input channels, or on ``dy`` the data gradient of few output
     channels (a launch per stride phase)."""
@@ -547,6 +617,9 @@ def _few_cin(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTab
         grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config, run.geometry, run.weight,
                                                                  run.output)
         constexprs["CHANNELS_INNER"] = problem.layout == "channels_last"
+        for name in ("C_G", "R", "S"):
+            constexprs[name] = scalars.pop(name)
+        constexprs["OUTER"] = few_cin_outer_steps(run.geometry, problem.layout, config.block_k)
         launches.append(_launch(conv_fwd_few_cin, grid, pointers, scalars, constexprs, config))
     return Plan(kernel, config, 1, tuple(launches))
 

@@ -5,6 +5,7 @@
 - :mod:`.bwd_data`: data gradient, decomposed by stride phase so that no tap is wasted;
 - :mod:`.bwd_weight`: weight gradient with a split reduction (per-split partials or atomics) and the
   fixed-order reduction of the partials;
+- :mod:`.col2im`: the data gradient of few input channels as a GEMM into a float32 ``Z`` and a gather of ``dx``;
 - :mod:`.common`: the helpers they share (matrix multiply-accumulate, fused activation, output cast).
 
 The kernels take every tensor through its strides, so NCHW and NHWC operands are read and written in

@@ -78,7 +78,8 @@ Only the data gradient of few **output** channels runs by phases. That of few in
 stride 1: on the RGB stem (7x7, stride 2; four phases of 3-4 x 3-4 taps, 48 Z columns for 3 channels)
 ``conv_fwd_few_cout``'s shift-and-add, not its bytes, bounds it: 290 us a phase on the H100, with L1 70%
 busy and DRAM 6% (Nsight Compute), slower than the phased general kernel, which there takes 16-column
-tiles instead (the sm_90 ``bwd_data`` bucket for at most 16 input channels).
+tiles instead (the sm_90 ``bwd_data`` bucket for at most 16 input channels). At any stride the data
+gradient of few input channels also has :mod:`.col2im`: the GEMM over ``dy`` once, then a gather.
 """
 
 import triton

@@ -11,6 +11,8 @@ with ``pixel = (n, hw)`` over the whole batch (``H*W`` merged: dense tensors of 
 (swapped between the two directions) and the weight offset of a group; the kernel does not know
 which direction it computes.
 
+``A_OFF`` (elements) moves ``ACT`` to a later image: :mod:`.col2im` runs its GEMM on chunks of the batch.
+
 Tiling: one program per ``[BLOCK_M, BLOCK_N]`` tile of ``OUT`` (``GROUP_M`` row sweeps), group on
 ``program_id(1)``; the K loop walks ``BLOCK_K`` channels at a time with no index arithmetic beyond a
 pointer increment. The bias / activation epilogue is the forward one (off for the data gradient).
@@ -26,7 +28,7 @@ from .common import add_bias_and_activate, cast_for_store, mma, swizzle
 def conv_gemm1x1(
     a_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, HW, C_RED, C_OUT,
-    san, sac, sap, sw_red, sw_out, sw_group, syn, syc, syp,
+    A_OFF, san, sac, sap, sw_red, sw_out, sw_group, syn, syc, syp,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     INTERPRET: tl.constexpr,
@@ -43,7 +45,7 @@ def conv_gemm1x1(
     n_ok = offs_n < C_OUT
     offs_k = tl.arange(0, BLOCK_K)  # reduced channels of the group
 
-    a_tile = a_ptr + g * C_RED * sac + (n * san + hw * sap)[:, None] + (offs_k * sac)[None, :]
+    a_tile = a_ptr + A_OFF + g * C_RED * sac + (n * san + hw * sap)[:, None] + (offs_k * sac)[None, :]
     w_tile = w_ptr + g * sw_group + (offs_k * sw_red)[:, None] + (offs_n * sw_out)[None, :]
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
