@@ -229,8 +229,7 @@ def estimate(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, interpr
         if problem.layout == "channels_first" and p.kernel not in plan.CHANNELS_FIRST_KERNELS.values():
             compute *= tab.efficiency["channels_first_factor"]  # kernels tiled for channels-last tensors
     us = estimate_us(problem, compute, memory, launches=len(p.launches) + (1 if p.zero else 0))
-    passes = len(p.launches) // 2 if p.kernel == "col2im_bwd_data" else 1  # col2im reuses it per chunk of images
-    us += 2 * passes * p.workspace_bytes / (spec(problem.arch).copy_tbps * 1e6) / memory
+    us += 2 * p.workspace_fills * p.workspace_bytes / (spec(problem.arch).copy_tbps * 1e6) / memory
     if interpreted:
         us = us * INTERPRETED_SLOWDOWN + INTERPRETED_FIXED_US
     return us

@@ -107,6 +107,8 @@ class Plan:
     workspace_elements: int = 0
     #: the workspace (or the result, when it is the float32 accumulator) must be zeroed first.
     zero: str | None = None
+    #: how many times the workspace is written and read back (``col2im_bwd_data``: once per chunk of images).
+    workspace_fills: int = 1
 
     @property
     def config_name(self) -> str:
@@ -281,7 +283,8 @@ def _col2im_bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab:
     for n0 in range(0, g.batch, chunk):
         images = min(chunk, g.batch - n0)
         launches += [_col2im_gemm(problem, g, config, n0, images), _col2im_gather(problem, g, tab, n0, images)]
-    return Plan(kernel, config, 1, tuple(launches), chunk * g.p * g.q * z_cols)
+    return Plan(kernel, config, 1, tuple(launches), chunk * g.p * g.q * z_cols,
+                workspace_fills=_cdiv(g.batch, chunk))
 
 
 def _col2im_gemm(problem: ConvProblem, g: Geometry, config: TileConfig, n0: int, images: int) -> Launch:
