@@ -3,7 +3,8 @@
 Geometries cover both addressings: ``FLAT`` (stride 1, rows kept: "same" 3x3, 1x1, asymmetric padding in
 H, dilation) and per-pixel (stride 2, rows that shrink), with several pixel tiles per image (partial
 ones included) and several images, groups, 1D, and the data gradient's flipped weight with negative
-padding. 16x16x16 tiles, as in test_kernels.py.
+padding. 16x16x16 tiles, as in test_kernels.py. Filters of more than one tap run on the repacked weight
+(``plan.WEIGHT_FORMS``), which an in-place update of the weight must renew.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
+from conv_core.weight_cache import DerivedWeightCache
 from conv_rdna import candidates, launch, plan
 from test_kernels import DEVICE, SMALL, check, fwd, table
 
@@ -49,6 +51,21 @@ def test_forward(name, dtype):
 @pytest.mark.parametrize("name", [n for n in GEOMETRIES if plan.Geometry.of(problem(n, "fwd")).stride == (1, 1)])
 def test_data_gradient_runs_as_a_forward_convolution_of_dy(name):
     check(problem(name, "bwd_data"), "bwd_data_cf")
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_repacked_weight_only_with_taps_and_never_stale(direction, monkeypatch):
+    cache = DerivedWeightCache(max_entries=8)
+    monkeypatch.setattr(launch, "PACKED_WEIGHTS", cache)
+    kernel = plan.CHANNELS_FIRST_KERNELS[direction]
+    one_tap = problem("1x1-relu", direction)
+    assert plan.make_plan(one_tap, kernel, SMALL, table()).weight_form == ""
+    prob = problem("asym-h-dil2-g2", direction)
+    p, (a, w, *rest), out = check(prob, kernel)
+    assert p.weight_form == plan.WEIGHT_FORMS[direction == "bwd_data"] and cache.misses == 1
+    assert torch.equal(launch.run(prob, p, a, w, *rest), out) and cache.hits == 1
+    w.mul_(-0.5)  # in place: the version moves, the copy is made again
+    assert compare(prob, launch.run(prob, p, a, w, *rest), (a, w, *rest)).ok and cache.misses == 2
 
 
 def test_data_gradient_with_more_padding_than_the_filter_reaches():

@@ -1,6 +1,6 @@
-"""Winograd F(4x4, 3x3): the matrices, each transform kernel, the whole forward against the float64 reference
-with the declared error factor, the measured error factor itself, the candidate (gate, tags, estimate, the
-conformance kit's per-candidate checks) and the transformed-weight cache (never stale).
+"""Winograd F(4x4, 3x3): the matrices, each transform kernel, the whole forward and data gradient against the
+float64 reference with the declared error factor, the measured error factor itself, the candidate (gate, tags,
+estimate, the conformance kit's per-candidate checks) and the transformed-weight cache (never stale).
 
 Interpreted on the CPU (see conftest.py); ``CONV_RDNA_TEST_DEVICE=cuda`` runs the same on a GPU.
 """
@@ -14,6 +14,7 @@ from fractions import Fraction
 
 import pytest
 import torch
+from conv_core.candidate import Declined
 from conv_core.problem import ConvProblem
 from conv_core.reference import UNIT_ROUNDOFF, absolute_reference, compare, random_operands, reference
 from conv_core.testing.conformance import check_candidate, check_metadata
@@ -167,6 +168,38 @@ def test_float32():
     check(fwd(dtype="float32", layout="channels_first", bias=True, activation="relu"))
 
 
+# ---- the data gradient: the forward convolution of dy with the flipped weight ---------------------------------
+
+BWD_DATA = {  # the gate's paddings, 1 and 2 a side: dy convolved with padding 1, (1, 0) x (0, 1) and 0; C != K
+    "pad1": dict(),
+    "asym-pad": dict(input_size=(7, 10), padding=((1, 2), (2, 1))),
+    "pad2": dict(input_size=(5, 6), padding=2, batch=1),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", BWD_DATA)
+def test_data_gradient_float16(name, layout):
+    check(fwd(layout=layout, **BWD_DATA[name]).with_direction("bwd_data"))
+
+
+@pytest.mark.parametrize("dtype, layout", [("bfloat16", "channels_first"), ("float32", "channels_last")])
+def test_data_gradient_other_dtypes(dtype, layout):
+    check(fwd(dtype=dtype, layout=layout, input_size=(7, 10), padding=((1, 0), (2, 1))).with_direction("bwd_data"))
+
+
+def test_data_gradient_weight_transform_reads_the_flipped_weight():
+    """``U`` of the data gradient is ``G w'[c, k] G^T`` with ``w'[c, k, r, s] = w[k, c, 2 - r, 2 - s]``, laid out
+    ``[36, K, C]`` (reduced over the output channels K), read through negative tap strides."""
+    problem = fwd(dtype="float32", layout="channels_first", in_channels=66, out_channels=70).with_direction("bwd_data")
+    w = random_operands(problem, DEVICE, 1)[1]
+    g = _mat(wk.G)
+    u = winograd.transform_weight(problem, make(problem), w).reshape(36, 70, 66).cpu().double()
+    flipped = w.cpu().double().flip(2, 3)  # [k, c, 2 - r, 2 - s]
+    expect = torch.einsum("xr,kcrs,ys->xykc", g, flipped, g).reshape(36, 70, 66)
+    torch.testing.assert_close(u, expect, rtol=1e-6, atol=1e-6)
+
+
 def test_strided_out_and_operands_in_the_other_layout():
     problem = fwd(dtype="float32", layout="channels_last", input_size=(6, 7))
     p = make(problem)
@@ -239,10 +272,17 @@ def test_textbook_points_would_need_a_larger_factor():
 def test_gate():
     yes = fwd(in_channels=64, out_channels=64)
     assert winograd.applies(yes) and KERNEL in candidates.kernels_for(yes)
+    back = yes.with_direction("bwd_data")
+    assert winograd.applies(back) and KERNEL in candidates.kernels_for(back)
+    assert winograd.forward_view(back) == yes, "64 -> 64 channels, 'same' padding: dy convolved like x"
+    assert winograd.applies(yes.replace(padding=((0, 1), (1, 0))))
+    assert winograd.applies(yes.replace(padding=((2, 1), (1, 2))).with_direction("bwd_data"))
     for no in (yes.replace(in_channels=63), yes.replace(out_channels=63), yes.replace(stride=(2, 2)),
                yes.replace(dilation=(2, 2), padding=((2, 2), (2, 2))), yes.replace(filter_size=(5, 5)),
                yes.replace(filter_size=(3, 1), padding=((1, 1), (0, 0))), yes.replace(groups=2),
-               yes.with_direction("bwd_data"), yes.with_direction("bwd_weight"),
+               yes.with_direction("bwd_weight"), yes.replace(padding=((1, 2), (1, 1))),
+               yes.replace(padding=((1, 1), (0, 1))).with_direction("bwd_data"),
+               yes.replace(padding=((1, 1), (1, 3))).with_direction("bwd_data"),
                ConvProblem("fwd", 2, 64, 64, (30,), 3, 1, 1, 1, dtype="float16"),
                yes.replace(dtype="float64", weight_dtype="float64", out_dtype="float64")):
         assert not winograd.applies(no) and KERNEL not in candidates.kernels_for(no), no.key
@@ -277,7 +317,10 @@ def test_experimental_until_the_sweep_has_timed_it(monkeypatch):
     others = tab.measured_families - {"winograd"}
     assert "experimental" in wino_tags(others)
     assert "experimental" not in wino_tags(others | {"winograd"})
-    assert "experimental" not in wino_tags(others, CPU) and "interpreted" in wino_tags(others, CPU)
+    if plan.interpreting():
+        assert "experimental" not in wino_tags(others, CPU) and "interpreted" in wino_tags(others, CPU)
+    else:  # a CUDA run: the CPU device is declined (nothing to interpret there)
+        assert all(isinstance(c, Declined) for c in candidates.candidates(problem, CPU))
 
 
 def test_estimates_follow_the_arithmetic_intensity():
@@ -298,9 +341,11 @@ def test_estimates_follow_the_arithmetic_intensity():
 
 
 @pytest.mark.parametrize("problem", [
-    fwd(in_channels=64, out_channels=64, bias=True, activation="gelu", input_size=(7, 10), padding=((1, 0), (2, 1))),
+    fwd(in_channels=64, out_channels=64, bias=True, activation="gelu", input_size=(7, 10), padding=((1, 0), (0, 1))),
     fwd(in_channels=64, out_channels=64, layout="channels_first", dtype="float32", input_size=(6, 5)),
-], ids=["f16-cl-bias-gelu-asym", "f32-cf"])
+    fwd(in_channels=64, out_channels=72, layout="channels_first", input_size=(7, 6),
+        padding=((1, 2), (2, 1))).with_direction("bwd_data"),
+], ids=["f16-cl-bias-gelu-asym", "f32-cf", "bwd-data-f16-cf-asym"])
 def test_conformance_kit_checks(problem):
     """The kit's per-candidate checks with the declared error factor: poisoned out, fresh result, bits equal
     twice (deterministic), operands untouched, stable id."""
@@ -340,6 +385,12 @@ def test_cache_hit_and_in_place_updates_are_never_stale(cache):
     assert cache.misses == 3 and compare(problem, viewed, (x, w), Declared(problem)).ok
     assert (viewed[:, 3] == 0).all()
     assert len(cache) == 1, "the entries of older versions were replaced"
+
+    back = problem.with_direction("bwd_data")
+    dy = random_operands(back, DEVICE, 1)[0]
+    dx = winograd.run(back, make(back), dy, w)
+    assert cache.misses == 4 and len(cache) == 2, "the data gradient's U is its own entry of the same weight"
+    assert compare(back, dx, (dy, w), Declared(back)).ok
 
 
 def test_cache_checks_the_storage_not_just_the_address(cache, monkeypatch):

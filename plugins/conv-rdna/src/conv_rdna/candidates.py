@@ -28,8 +28,9 @@ the table picks (:func:`conv_rdna.configs.select`):
 ``depthwise_fwd``                  forward of depthwise problems (``groups == in_channels``, any multiplier)
 ``depthwise_bwd_data``             data gradient of depthwise problems
 ``depthwise_bwd_weight``           weight gradient of depthwise problems, deterministic split reduction
-``winograd_f4x3``                  forward, 3x3 / stride 1 / dilation 1 / groups 1, >= 64 input and output
-                                   channels: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`)
+``winograd_f4x3``                  forward and data gradient, 3x3 / stride 1 / dilation 1 / groups 1, >= 64 input
+                                   and output channels: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`; the data
+                                   gradient as the forward convolution of ``dy`` with the flipped weight)
 ``implicit_gemm_cf``               forward of channels-first problems, pixel tiles of one image loading along W
 ``bwd_data_cf``                    data gradient of channels-first stride-1 problems (the same kernel, on ``dy``
                                    with the flipped weight)

@@ -383,9 +383,11 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
         if family == "few_channels_in_bwd_data":
             return {"m": phase_pixels, "n": cin * phase_taps, "red": cout}
         return {"m": phase_pixels, "n": cin, "red": cout * phase_taps}
-    if family == "winograd":  # the 36 GEMMs: 4x4 output tiles x output channels, reduced over input channels
-        tiles = problem.batch * math.prod(-(-size // 4) for size in problem.output_size)
-        return {"m": tiles, "n": cout, "red": cin}
+    if family == "winograd":  # the 36 GEMMs: 4x4 tiles of the result x its channels, reduced over the others
+        forward = problem.direction == "fwd"
+        tiles = problem.batch * math.prod(-(-size // 4) for size in (problem.output_size if forward
+                                                                     else problem.input_size))
+        return {"m": tiles, "n": cout, "red": cin} if forward else {"m": tiles, "n": cin, "red": cout}
     raise ValueError(f"unknown kernel family {family!r}")
 
 

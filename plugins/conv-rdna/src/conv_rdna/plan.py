@@ -109,6 +109,9 @@ class Plan:
     zero: str | None = None
     #: how many times the workspace is written and read back (``col2im_bwd_data``: once per chunk of images).
     workspace_fills: int = 1
+    #: the weight the launches read (role ``b``): ``""`` as given, or a cached copy repacked by
+    #: :func:`conv_rdna.launch.repack` (:data:`WEIGHT_FORMS`).
+    weight_form: str = ""
 
     @property
     def config_name(self) -> str:
@@ -389,19 +392,45 @@ def flat_pixels(g: Geometry) -> bool:
     return g.stride == (1, 1) and g.q == g.w
 
 
-def _cf_forward_plan(problem: ConvProblem, kernel: str, config: TileConfig, g: Geometry, weight: dict) -> Plan:
-    """``conv_fwd_cf`` over geometry ``g`` (operand ``a`` -> the result), the weight addressed by ``weight``."""
+#: Repacked weights (:attr:`Plan.weight_form`): ``[R, S, reduced channels per group, produced channels]``,
+#: the produced channels contiguous. ``"taps_outer"`` is the forward's (reduced: input channels); for the
+#: data gradient as a forward convolution of ``dy``, ``"taps_outer_flipped"`` transposes the channels and
+#: flips the taps.
+WEIGHT_FORMS = ("taps_outer", "taps_outer_flipped")
+
+
+def packed_weight(g: Geometry) -> dict:
+    """The weight as ``conv_fwd_cf`` reads a :data:`WEIGHT_FORMS` copy of it for the forward convolution
+    ``g`` (the problem's, or its data gradient's on ``dy``)."""
+    produced = g.cout * g.groups
+    sws = g.cin * produced
+    return dict(W_OFF=0, swg=g.cout, swo=1, swi=produced, swr=g.s * sws, sws=sws)
+
+
+def _cf_forward_plan(problem: ConvProblem, kernel: str, config: TileConfig, g: Geometry, flipped: bool) -> Plan:
+    """``conv_fwd_cf`` over geometry ``g`` (operand ``a`` -> the result): the problem's forward convolution,
+    or (``flipped``) its data gradient's on ``dy``.
+
+    With more than one tap a step's weight tile, read from the weight as it is, would be a gather: its
+    reduced channels lie ``R*S`` elements apart and its produced ones further, a 32-byte sector for each
+    element. Those plans read a repacked copy (:data:`WEIGHT_FORMS`; cached per weight version), whose
+    tile rows are contiguous runs of produced channels."""
+    if g.r * g.s > 1:
+        form, weight = WEIGHT_FORMS[flipped], packed_weight(g)
+    else:
+        form, weight = "", flipped_weight(problem) if flipped else forward_weight(problem)
     sx = strides_nchw(problem.operand_shapes[0], problem.layout)
     syn, syc, _, syw = strides_nchw(problem.result_shape, problem.layout)
     scalars = {**_conv_scalars(g), **_named("sx", sx), **weight, "syn": syn, "syc": syc, "syw": syw}
     grid = (g.batch * _cdiv(g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {"FLAT": flat_pixels(g), **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
-    return Plan(kernel, config, 1, (_launch(conv_fwd_cf, grid, pointers, scalars, constexprs, config),))
+    return Plan(kernel, config, 1, (_launch(conv_fwd_cf, grid, pointers, scalars, constexprs, config),),
+                weight_form=form)
 
 
 def _implicit_gemm_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    return _cf_forward_plan(problem, kernel, config, Geometry.of(problem), forward_weight(problem))
+    return _cf_forward_plan(problem, kernel, config, Geometry.of(problem), flipped=False)
 
 
 @dataclass(frozen=True)
@@ -459,8 +488,7 @@ def bwd_data_as_forward(g: Geometry) -> Geometry:
 
 
 def _bwd_data_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    return _cf_forward_plan(problem, kernel, config, bwd_data_as_forward(Geometry.of(problem)),
-                            flipped_weight(problem))
+    return _cf_forward_plan(problem, kernel, config, bwd_data_as_forward(Geometry.of(problem)), flipped=True)
 
 
 def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:

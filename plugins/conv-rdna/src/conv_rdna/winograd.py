@@ -3,15 +3,18 @@
 The kernels and the algorithm are explained in :mod:`conv_rdna.kernels.winograd`; the derivation of
 the matrices, the error analysis and the performance model in ``docs/winograd.md``.
 
-- :func:`applies`: the gate. Forward, 2D, 3x3, stride 1, dilation 1, groups 1, any padding, at least
-  :data:`MIN_CHANNELS` input *and* output channels, float16 / bfloat16 / float32, and a workspace that
-  32-bit offsets address.
+- :func:`applies`: the gate. Forward or data gradient, 2D, 3x3, stride 1, dilation 1, groups 1, a
+  convolution computed with at most :data:`MAX_PADDING` on each side, at least :data:`MIN_CHANNELS` input
+  *and* output channels, float16 / bfloat16 / float32, and a workspace that 32-bit offsets address.
+- :func:`forward_view`: the forward convolution the kernels compute. The data gradient of a stride-1 3x3
+  layer is one: ``dx`` is ``dy`` convolved with the weight transposed and flipped, padded by ``2 - pad``
+  (the weight transform reads the weight that way, through an offset and negative tap strides; no copy).
 - :func:`make_plan`: four launches (:data:`LAUNCHES`): the weight transform (run only when
   :data:`WEIGHT_CACHE` misses), the input transform, the 36 GEMMs, the output transform with the
   epilogue. The workspace is ``V`` (36 x tiles x C, input dtype) then ``M`` (36 x tiles x K,
   :func:`~conv_rdna.kernels.winograd.m_dtype`), carved from one float32 buffer.
 - :data:`WEIGHT_CACHE`: the transformed weight ``U`` (36 x C x K in the input dtype, 4x the weight) is
-  computed once per weight and version and kept in conv-core's
+  computed once per weight, version and direction and kept in conv-core's
   :class:`~conv_core.weight_cache.DerivedWeightCache` (never stale after an in-place update; recomputed
   inside a CUDA graph being captured).
 - :func:`estimate_us`: the roofline of the Winograd algorithm: ``2 * 36 * tiles * C * K`` GEMM flops at
@@ -24,6 +27,7 @@ the matrices, the error analysis and the performance model in ``docs/winograd.md
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -46,6 +50,11 @@ GEMM_LAUNCH = LAUNCHES.index("gemm")
 
 #: Fewest input and output channels served (see docs/winograd.md, "The gate").
 MIN_CHANNELS = 64
+#: Most padding on any side of the forward convolution computed (:func:`forward_view`): every result pixel
+#: then sees at least 2 x 2 taps of its window. With 2 a corner pixel sees one, while its error comes from
+#: the rounding of its whole 6x6 patch: it needs an error factor of 3.5 (float16) to 4.7 (bfloat16) where
+#: padding 1 needs 0.9 to 1.1 (docs/winograd.md, "The gate").
+MAX_PADDING = 1
 DTYPES = ("float16", "bfloat16", "float32")
 #: Transformed values per tile (6x6) and output pixels per tile (4x4).
 POINTS2, TILE2 = kernels.POINTS_N**2, kernels.TILE**2
@@ -63,17 +72,40 @@ ERROR_FACTOR = {"float16": 2.0, "bfloat16": 3.0, "float32": 2.0}
 # ---- which problems -----------------------------------------------------------------------------------
 
 
+#: Directions the kernels serve (the data gradient as a forward convolution: :func:`forward_view`).
+DIRECTIONS = ("fwd", "bwd_data")
+
+
+@functools.lru_cache(maxsize=1024)
+def forward_view(problem: ConvProblem) -> ConvProblem:
+    """The forward convolution the kernels compute for ``problem``: the problem itself, or for its data
+    gradient the convolution of ``dy`` (``out_channels`` -> ``in_channels``, ``output_size`` in) with the
+    weight transposed and flipped, padded by ``2 - pad`` on each side, whose output is ``dx``."""
+    if problem.direction == "fwd":
+        return problem
+    return problem.replace(direction="fwd", in_channels=problem.out_channels, out_channels=problem.in_channels,
+                           input_size=problem.output_size,
+                           padding=tuple((2 - lo, 2 - hi) for lo, hi in problem.padding))
+
+
+def computed_padding(problem: ConvProblem) -> tuple[int, ...]:
+    """Every side's padding of the forward convolution computed (:func:`forward_view`: ``2 - pad`` for the
+    data gradient, negative where the layer pads by more than 2)."""
+    sides = [side for pair in problem.padding for side in pair]
+    return tuple(sides) if problem.direction == "fwd" else tuple(2 - side for side in sides)
+
+
 def tiles(problem: ConvProblem) -> tuple[int, int, int]:
-    """``(tiles_h, tiles_w, tiles)``: 4x4 output tiles per column and row, and over the batch."""
-    p, q = problem.output_size
+    """``(tiles_h, tiles_w, tiles)``: 4x4 tiles of the result per column and row, and over the batch."""
+    p, q = forward_view(problem).output_size
     th, tw = -(-p // kernels.TILE), -(-q // kernels.TILE)
     return th, tw, problem.batch * th * tw
 
 
 def workspace_issue(problem: ConvProblem) -> str | None:
     """Why the kernels' 32-bit offsets cannot address ``V``, ``M`` or ``U``, or None."""
-    t = tiles(problem)[2]
-    c, k = problem.in_channels, problem.out_channels
+    view = forward_view(problem)
+    t, c, k = tiles(view)[2], view.in_channels, view.out_channels
     for what, n in (("V", POINTS2 * t * c), ("M", POINTS2 * t * k), ("U", POINTS2 * c * k)):
         if n > plan.INT32_ELEMENTS:
             return f"the transformed {what} would have {n} elements (32-bit offsets)"
@@ -82,8 +114,9 @@ def workspace_issue(problem: ConvProblem) -> str | None:
 
 def applies(problem: ConvProblem) -> bool:
     """Whether the Winograd candidate is offered for ``problem`` (the gate; docs/winograd.md)."""
-    return (problem.direction == "fwd" and problem.ndim == 2 and problem.groups == 1
+    return (problem.direction in DIRECTIONS and problem.ndim == 2 and problem.groups == 1
             and problem.filter_size == (3, 3) and problem.stride == (1, 1) and problem.dilation == (1, 1)
+            and all(0 <= side <= MAX_PADDING for side in computed_padding(problem))
             and problem.in_channels >= MIN_CHANNELS and problem.out_channels >= MIN_CHANNELS
             and problem.dtype in DTYPES and problem.weight_dtype == problem.dtype
             and workspace_issue(problem) is None)
@@ -114,22 +147,25 @@ def _words(elements: int, dtype: str) -> int:
 
 def workspace_parts(problem: ConvProblem) -> tuple[int, int]:
     """float32 words of ``V`` and of ``M`` in the workspace (``V`` first)."""
+    problem = forward_view(problem)
     t = tiles(problem)[2]
     return (_words(POINTS2 * t * problem.in_channels, problem.dtype),
             _words(POINTS2 * t * problem.out_channels, kernels.m_dtype(problem.dtype)))
 
 
 def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab: configs.ArchTable) -> plan.Plan:
-    """The four launches (:data:`LAUNCHES`) for ``problem``, dense operands in its layout."""
-    g = plan.Geometry.of(problem)
-    th, tw, t = tiles(problem)
+    """The four launches (:data:`LAUNCHES`) for ``problem``, dense operands in its layout: those of its
+    :func:`forward_view`, whose weight transform reads the weight as it is or transposed and flipped."""
+    view = forward_view(problem)
+    g = plan.Geometry.of(view)
+    th, tw, t = tiles(view)
     c, k = g.cin, g.cout
     blocks = transform_blocks(tab)
     bt, bc, warps = blocks["BLOCK_T"], blocks["BLOCK_C"], blocks["num_warps"]
     interpret = plan.interpreting()
-    sx = plan.strides_nchw(problem.input_shape, problem.layout)
-    sy = plan.strides_nchw(problem.output_shape, problem.layout)
-    sw = plan.strides_nchw(problem.weight_shape, problem.layout)
+    sx = plan.strides_nchw(view.input_shape, problem.layout)
+    sy = plan.strides_nchw(view.output_shape, problem.layout)
+    sw = plan.forward_weight(problem) if problem.direction == "fwd" else plan.flipped_weight(problem)
 
     def launch(fn, grid, pointers, scalars, constexprs, num_warps, num_stages=1) -> plan.Launch:
         return plan.Launch(fn, tuple(grid), tuple(pointers.items()), tuple(scalars.items()),
@@ -137,7 +173,7 @@ def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
 
     cdiv = plan._cdiv
     weight = launch(kernels.winograd_weight_transform, (cdiv(k, bc), cdiv(c, bt)), dict(w_ptr="b", u_ptr="u"),
-                    dict(C=c, K=k, **dict(zip(("swk", "swc", "swr", "sws"), sw))),
+                    dict(C=c, K=k, **{name: sw[name] for name in ("W_OFF", "swo", "swi", "swr", "sws")}),
                     dict(BLOCK_C=bt, BLOCK_K=bc, INTERPRET=interpret), warps)
     inp = launch(kernels.winograd_input_transform, (cdiv(t, bt), cdiv(c, bc)), dict(x_ptr="a", v_ptr="v"),
                  dict(C=c, H=g.h, W=g.w, TILES_H=th, TILES_W=tw, T=t, PAD_H=g.pad[0], PAD_W=g.pad[1],
@@ -153,7 +189,7 @@ def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
                       **plan._named("sy", sy)),
                  dict(HAS_BIAS=problem.bias, ACTIVATION=problem.activation or "", BLOCK_T=bt, BLOCK_K=bc,
                       INTERPRET=interpret), warps)
-    return plan.Plan(kernel, config, 1, (weight, inp, gemm, out), sum(workspace_parts(problem)))
+    return plan.Plan(kernel, config, 1, (weight, inp, gemm, out), sum(workspace_parts(view)))
 
 
 # ---- the transformed-weight cache ------------------------------------------------------------------------
@@ -183,7 +219,8 @@ def _launch(launches, tensors: dict[str, torch.Tensor], device: torch.device) ->
 
 
 def transform_weight(problem: ConvProblem, p: plan.Plan, w: torch.Tensor) -> torch.Tensor:
-    """``U`` (36 x C x K, input dtype, flat) of weight ``w``, computed now."""
+    """``U`` (36 x C x K, input dtype, flat; of the weight transposed and flipped for the data gradient) of
+    weight ``w``, computed now."""
     w = to_layout(w, problem.layout)
     u = torch.empty(POINTS2 * problem.in_channels * problem.out_channels, dtype=w.dtype, device=w.device)
     _launch(p.launches[:1], {"b": w, "u": u}, w.device)
@@ -192,13 +229,14 @@ def transform_weight(problem: ConvProblem, p: plan.Plan, w: torch.Tensor) -> tor
 
 def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
         out: torch.Tensor | None = None) -> torch.Tensor:
-    """Compute ``problem`` (forward) on ``x = a``, ``w = b`` (and ``bias``) into ``out`` or a new tensor."""
+    """Compute ``problem`` on ``a`` (``x``; ``dy`` for the data gradient), ``w = b`` (and ``bias``) into
+    ``out`` or a new tensor."""
     layout = problem.layout
     if out is not None and not is_dense_in(out, layout):
         out.copy_(run(problem, p, a, b, bias))
         return out
     a = to_layout(a, layout)
-    u = WEIGHT_CACHE.get(b, lambda: transform_weight(problem, p, b))
+    u = WEIGHT_CACHE.get(b, lambda: transform_weight(problem, p, b), form=problem.direction)
     result = problem.empty_result(a.device) if out is None else out
     v_words, _ = workspace_parts(problem)
     workspace = torch.empty(p.workspace_elements, dtype=torch.float32, device=a.device)
@@ -215,6 +253,7 @@ def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bi
 
 def gemm_utilization(problem: ConvProblem, config: configs.TileConfig) -> float:
     """Fraction of the GEMM tiles' work that is real (tiles x output channels x input channels)."""
+    problem = forward_view(problem)
     used = 1.0
     for size, block in ((tiles(problem)[2], config.block_m), (problem.out_channels, config.block_n),
                         (problem.in_channels, config.block_k)):
@@ -225,6 +264,7 @@ def gemm_utilization(problem: ConvProblem, config: configs.TileConfig) -> float:
 def traffic(problem: ConvProblem) -> dict[str, int]:
     """Bytes each stage moves: the input transform (``x`` read, ``V`` written), the GEMMs (``V`` and
     ``U`` read, ``M`` written), the output transform (``M`` read, bias, ``y`` written)."""
+    problem = forward_view(problem)
     t = tiles(problem)[2]
     c, k = problem.in_channels, problem.out_channels
     es, ms = element_size(problem.dtype), element_size(kernels.m_dtype(problem.dtype))
@@ -238,6 +278,7 @@ def traffic(problem: ConvProblem) -> dict[str, int]:
 def winograd_flops(problem: ConvProblem) -> int:
     """The GEMMs' flops: ``2 * 36 * tiles * C * K`` (a quarter of ``problem.flops`` when the output is a
     multiple of 4; the transforms' additions are on the memory side of the roofline)."""
+    problem = forward_view(problem)
     return 2 * POINTS2 * tiles(problem)[2] * problem.in_channels * problem.out_channels
 
 
@@ -247,6 +288,7 @@ def estimate_us(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable) -> f
     output transform (memory), plus three launches. Channels-first tensors: the transforms' reads of
     ``x`` and writes of ``y`` are strided, at ``channels_first_factor`` of the memory efficiency."""
     eff = tab.efficiency[KERNEL]
+    problem = forward_view(problem)
     compute_us, memory_us = roofline_us(problem)
     per_flop, per_byte = compute_us / problem.flops, memory_us / problem.min_bytes
     b = traffic(problem)

@@ -239,14 +239,16 @@ def _load_taps(base, swr, mask):
 
 @triton.jit
 def winograd_weight_transform(
-    w_ptr, u_ptr, C, K, swk, swc, swr, sws,
+    w_ptr, u_ptr, C, K, W_OFF, swo, swi, swr, sws,
     BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """``U[xi*6 + nu, c, k] = (G w[k, c] G^T)[xi, nu]`` for a ``BLOCK_C x BLOCK_K`` block, in ``u``'s dtype."""
+    """``U[xi*6 + nu, c, k] = (G w[k, c] G^T)[xi, nu]`` for a ``BLOCK_C x BLOCK_K`` block, in ``u``'s dtype.
+    ``w[k, c, r, s]`` is at ``W_OFF + k*swo + c*swi + r*swr + s*sws``: the weight as it is, or transposed
+    and flipped (negative tap strides from its last tap) for the data gradient."""
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     mask = (offs_c < C)[:, None] & (offs_k < K)[None, :]
-    base = w_ptr + offs_c[:, None] * swc + offs_k[None, :] * swk
+    base = w_ptr + W_OFF + offs_c[:, None] * swi + offs_k[None, :] * swo
     # Columns s of the filter: G along r (3 taps -> 6 values t[xi][s]).
     t00, t10, t20, t30, t40, t50 = _g6(*_load_taps(base, swr, mask))
     t01, t11, t21, t31, t41, t51 = _g6(*_load_taps(base + sws, swr, mask))
