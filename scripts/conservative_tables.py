@@ -18,11 +18,15 @@ Kernels rewritten since the tables were measured (``--drop rdna:few_channels_in,
 lose their entries first, so the bench's times of the new code replace the old code's instead of being
 combined with them; the next independent run makes them conservative.
 
+Kernels whose earlier times are known to be wrong (``--replace rdna:winograd_f4x3,...``: kernel-id prefixes)
+take the bench's time where it timed them, and keep their entries elsewhere: the multi-launch candidates, timed
+before conv_core.timing's spin covered their host time (the rdna-7 page), lost up to 2.5x to launch gaps.
+
 A backend that ships no table yet (``--new NAME``) gets one started from the bench's times of its kernels,
 with the device of the other tables: its first measured table, to be made conservative by the next run.
 
-Usage: python3 scripts/conservative_tables.py [--sweep SWEEP.json] [--new BACKEND] [--drop PREFIXES] TABLES_DIR OUT_DIR
-       BENCH.json...
+Usage: python3 scripts/conservative_tables.py [--sweep SWEEP.json] [--new BACKEND] [--drop PREFIXES]
+       [--replace PREFIXES] TABLES_DIR OUT_DIR BENCH.json...
 """
 
 from __future__ import annotations
@@ -67,13 +71,15 @@ def start_table(backend: str, times: dict, like: Path, out: Path) -> None:
 def main(argv=None) -> int:
     args = list(argv or sys.argv[1:])
     sweep = new = None
-    drop = ()
+    drop = replaced = ()
     if args[0] == "--sweep":
         sweep, args = args[1], args[2:]
     if args[0] == "--new":
         new, args = args[1], args[2:]
     if args[0] == "--drop":
         drop, args = tuple(f"{prefix}:" for prefix in args[1].split(",")), args[2:]
+    if args[0] == "--replace":
+        replaced, args = tuple(f"{prefix}:" for prefix in args[1].split(",")), args[2:]
     tables, out, *benches = args
     again = bench_times(benches)
     if new:
@@ -84,7 +90,9 @@ def main(argv=None) -> int:
             if drop and e.kernel.startswith(drop):
                 continue
             other = again.get((e.problem, e.kernel))
-            if e.status == "ok" and other is not None:
+            if e.status == "ok" and other is not None and replaced and e.kernel.startswith(replaced):
+                e = replace(e, us=other)
+            elif e.status == "ok" and other is not None:
                 keep = min if e.kernel.startswith("aten:") else max
                 e = replace(e, us=keep(e.us, other))
             entries.append(e)

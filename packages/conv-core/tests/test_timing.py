@@ -1,5 +1,5 @@
-"""conv_core.timing: what a repetition queues on the GPU, in which order (checked with a recording fake of
-``torch.cuda``, since CI has no GPU), and the CPU path's median."""
+"""conv_core.timing: what a repetition queues on the GPU, in which order, and how long its spin lasts (checked
+with a recording fake of ``torch.cuda``, since CI has no GPU), and the CPU path's median."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ class _Recorder:
         return Event()
 
     def sleep(self, cycles: int):
-        assert cycles == timing.LEAD_CYCLES
-        self.calls.append("sleep")
+        self.calls.append(f"sleep {cycles}")
 
 
 class _Flush:
@@ -39,19 +38,42 @@ class _Flush:
         self.recorder.calls.append("flush")
 
 
-def test_each_gpu_repetition_is_flush_then_lead_then_the_timed_call(monkeypatch):
+def _fake_cuda(monkeypatch, host_us: float) -> _Recorder:
+    """A recording ``torch.cuda`` on which every call of the timed function takes ``host_us`` of host time
+    and every event pair 15 us (so the spin's clock is ``LEAD_CYCLES / 15`` cycles per us)."""
     rec = _Recorder()
     monkeypatch.setattr(torch.cuda, "Event", rec.event)
     monkeypatch.setattr(torch.cuda, "_sleep", rec.sleep)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: rec.calls.append("sync"))
     monkeypatch.setattr(timing.torch, "empty", lambda *a, **k: _Flush(rec))
+    clock = iter(range(0, 10**9, round(host_us)))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock) * 1e-6)
+    timing._cycles_per_us.cache_clear()
+    return rec
 
-    us = timing.median_us(lambda: rec.calls.append("fn"), "cuda", warmup=1, reps=2)
+
+def test_each_gpu_repetition_is_flush_then_lead_then_the_timed_call(monkeypatch):
+    rec = _fake_cuda(monkeypatch, host_us=1)
+
+    us = timing.median_us(lambda: rec.calls.append("fn"), "cuda", warmup=2, reps=2)
 
     assert us == 15.0
-    assert rec.calls == ["fn", "sync",
-                         "flush", "sleep", "event", "fn", "event",
-                         "flush", "sleep", "event", "fn", "event", "sync"]
+    lead = f"sleep {timing.LEAD_CYCLES}"
+    assert rec.calls == ["sync", "fn", "sync", "fn", "sync",
+                         lead, "event", lead, "event", "sync",  # the spin's clock, measured once
+                         "flush", lead, "event", "fn", "event",
+                         "flush", lead, "event", "fn", "event", "sync"]
+
+
+def test_the_spin_outlasts_a_slow_host_call(monkeypatch):
+    """A function whose launch takes 500 us of host time gets a spin of LEAD_FACTOR x 500 us, not 200 us."""
+    rec = _fake_cuda(monkeypatch, host_us=500)
+
+    timing.median_us(lambda: rec.calls.append("fn"), "cuda", warmup=2, reps=1)
+
+    cycles = round(timing.LEAD_FACTOR * 500 * timing.LEAD_CYCLES / 15)
+    assert rec.calls[-6:] == ["flush", f"sleep {cycles}", "event", "fn", "event", "sync"]
+    assert cycles > timing.LEAD_CYCLES
 
 
 def test_cpu_timing_is_the_median_of_wall_times(monkeypatch):

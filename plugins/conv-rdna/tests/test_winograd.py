@@ -21,6 +21,7 @@ from conv_core.testing.conformance import check_candidate, check_metadata
 from conv_core.weight_cache import DerivedWeightCache
 from conv_rdna import candidates, configs, plan, winograd
 from conv_rdna.kernels import winograd as wk
+from conv_rdna.launch import launch_all
 
 DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
 KERNEL = winograd.KERNEL
@@ -115,12 +116,12 @@ def test_transform_kernels_match_the_matrices(layout):
     workspace = torch.full((p.workspace_elements,), math.nan, device=DEVICE)
     v, m = workspace[:v_words], workspace[v_words:]
     out = problem.empty_result(DEVICE)
-    winograd._launch(p.launches[1:2], {"a": x, "v": v}, x.device)
+    launch_all(p.launches[1:2], {"a": x, "v": v}, x.device)
     expect_v = torch.einsum("xh,tchw,yw->xytc", bt, _tiles6(x.cpu(), problem), bt).reshape(36, t, c)
     torch.testing.assert_close(v[:36 * t * c].reshape(36, t, c).cpu().double(), expect_v, rtol=1e-5, atol=1e-5)
 
     m[:36 * t * k] = torch.randn(36 * t * k, generator=torch.Generator().manual_seed(2)).to(DEVICE)
-    winograd._launch(p.launches[3:], {"m": m, "out": out}, x.device)
+    launch_all(p.launches[3:], {"m": m, "out": out}, x.device)
     y = torch.einsum("ix,xytk,jy->tkij", at, m[:36 * t * k].reshape(6, 6, t, k).cpu().double(), at)
     th, tw, _ = winograd.tiles(problem)
     y = y.reshape(problem.batch, th, tw, k, 4, 4).permute(0, 3, 1, 4, 2, 5).reshape(problem.batch, k, 4 * th, 4 * tw)

@@ -12,12 +12,16 @@ creation: tens of microseconds, and more on a busy host) would count as the
 kernel's. A spin kernel of :data:`LEAD_CYCLES` is queued in front of each
 repetition, after the flush, so that the GPU is still busy when the host has
 finished launching, and a kernel shorter than its launch is not timed as its
-launch. A callable that synchronizes with the host drains the
-queue itself and so still has its launch gaps counted, which is its real cost.
+launch. The spin is at least :data:`LEAD_CYCLES` and at least :data:`LEAD_FACTOR` times the host time of
+one call of ``fn`` measured during warm-up: a candidate of three Triton launches spent 150-390 us on the
+host, beyond a fixed 200 us spin, and its median moved between 35 and 125 us from one set of repetitions
+to the next for 29 us of kernels (the rdna-7 benchmark page). A callable that synchronizes with the host
+drains the queue itself and so still has its launch gaps counted, which is its real cost.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -25,9 +29,11 @@ from collections.abc import Callable
 import torch
 
 _FLUSH_BYTES = 256 * 1024 * 1024
-#: GPU clock cycles of the spin kernel queued before each repetition: about 200 us at the H100's
-#: 1.98 GHz, longer than any candidate's host-side launch.
+#: Fewest GPU clock cycles of the spin kernel queued before each repetition: about 200 us at the H100's
+#: 1.98 GHz.
 LEAD_CYCLES = 400_000
+#: The spin lasts at least this many times the host time of one call of the timed function.
+LEAD_FACTOR = 3
 
 
 def _sync(device: torch.device) -> None:
@@ -39,9 +45,7 @@ def median_us(fn: Callable[[], object], device: torch.device | str, *, warmup: i
               flush_cache: bool = True) -> float:
     """Median wall time of ``fn()`` in microseconds."""
     device = torch.device(device)
-    for _ in range(warmup):
-        fn()
-    _sync(device)
+    host_us = _warm_up(fn, device, warmup)
     if device.type != "cuda":
         samples = []
         for _ in range(reps):
@@ -50,16 +54,43 @@ def median_us(fn: Callable[[], object], device: torch.device | str, *, warmup: i
             samples.append((time.perf_counter() - start) * 1e6)
         return statistics.median(samples)
     flush = torch.empty(_FLUSH_BYTES // 4, dtype=torch.int32, device=device) if flush_cache else None
+    lead = max(LEAD_CYCLES, round(LEAD_FACTOR * host_us * _cycles_per_us(device)))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for start, end in events:
         if flush is not None:
             flush.zero_()
-        torch.cuda._sleep(LEAD_CYCLES)  # the GPU is busy while the host launches fn (see the module's text)
+        torch.cuda._sleep(lead)  # the GPU is busy while the host launches fn (see the module's text)
         start.record()
         fn()
         end.record()
     _sync(device)
     return statistics.median(start.elapsed_time(end) * 1e3 for start, end in events)
+
+
+def _warm_up(fn: Callable[[], object], device: torch.device, warmup: int) -> float:
+    """Call ``fn`` ``warmup`` times; the longest host time of a call after the first (which may compile), in
+    us, each call starting on an idle device."""
+    host_us = 0.0
+    for i in range(warmup):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        if i:
+            host_us = max(host_us, (time.perf_counter() - start) * 1e6)
+    _sync(device)
+    return host_us
+
+
+@functools.cache
+def _cycles_per_us(device: torch.device) -> float:
+    """The spin kernel's clock cycles per microsecond on ``device``, measured once."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(LEAD_CYCLES)  # the clocks rise before the measured spin
+    start.record()
+    torch.cuda._sleep(LEAD_CYCLES)
+    end.record()
+    _sync(device)
+    return LEAD_CYCLES / (start.elapsed_time(end) * 1e3)
 
 
 def is_capturing(device: torch.device) -> bool:

@@ -14,13 +14,14 @@ inside a CUDA graph being captured).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import torch
 from conv_core.geometry import Geometry
 from conv_core.problem import ConvProblem, is_dense_in, to_layout
 from conv_core.weight_cache import DerivedWeightCache
 
-from .plan import WEIGHT_FORMS, Plan
+from .plan import WEIGHT_FORMS, Launch, Plan
 
 #: The process's repacked weights: ``CONV_RDNA_PACKED_CACHE_ENTRIES`` (default 256) of at most
 #: ``CONV_RDNA_PACKED_CACHE_MB`` (default 512) MiB together.
@@ -61,16 +62,15 @@ def run(problem: ConvProblem, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias
         tensors["workspace"] = torch.empty(plan.workspace_elements, dtype=torch.float32, device=a.device)
     if plan.zero:
         tensors[plan.zero].zero_()
-    if a.device.type == "cuda" and a.device.index != torch.cuda.current_device():
-        with torch.cuda.device(a.device):
-            _launch_all(plan, tensors)
-    else:
-        _launch_all(plan, tensors)
+    launch_all(plan.launches, tensors, a.device)
     return result
 
 
-def _launch_all(plan: Plan, tensors: dict[str, torch.Tensor]) -> None:
-    for launch in plan.launches:
-        pointers = {name: tensors[role] for name, role in launch.pointers}
-        launch.kernel[launch.grid](**pointers, **dict(launch.scalars), **dict(launch.constexprs),
-                                   num_warps=launch.num_warps, num_stages=launch.num_stages)
+def launch_all(launches: Sequence[Launch], tensors: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Launch ``launches`` in order on ``device``, their pointers bound to ``tensors`` by role."""
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            launch_all(launches, tensors, device)
+        return
+    for launch in launches:
+        launch.site({name: tensors[role] for name, role in launch.pointers})

@@ -14,12 +14,14 @@ tensors reach 2**31 elements are declined (:func:`int32_issue`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from dataclasses import dataclass
 
 from conv_core.aot import specialize
 from conv_core.geometry import Geometry
+from conv_core.launch_site import LaunchSite
 from conv_core.problem import ConvProblem, dense_strides
 
 from .configs import ArchTable, TileConfig, depthwise_split_count, split_count
@@ -93,6 +95,13 @@ class Launch:
     @property
     def name(self) -> str:
         return self.kernel.__name__
+
+    @functools.cached_property
+    def site(self) -> LaunchSite:
+        """The launch with everything but its tensors bound (launched without the JIT's per-call work)."""
+        return LaunchSite(self.kernel, self.grid, tuple(name for name, _ in self.pointers),
+                          {**dict(self.scalars), **dict(self.constexprs)},
+                          dict(num_warps=self.num_warps, num_stages=self.num_stages))
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from conv_core.problem import ConvProblem, element_size, is_dense_in, to_layout,
 from conv_core.weight_cache import DerivedWeightCache
 
 from . import configs, plan
+from .launch import launch_all
 from .kernels import winograd as kernels
 
 #: Candidate kernel (the ``kernel`` part of the id) and its configuration family.
@@ -204,26 +205,12 @@ WEIGHT_CACHE = DerivedWeightCache(int(os.environ.get("CONV_RDNA_WINOGRAD_CACHE_E
 # ---- running --------------------------------------------------------------------------------------------
 
 
-def _launch(launches, tensors: dict[str, torch.Tensor], device: torch.device) -> None:
-    def go():
-        for lc in launches:
-            pointers = {name: tensors[role] for name, role in lc.pointers}
-            lc.kernel[lc.grid](**pointers, **dict(lc.scalars), **dict(lc.constexprs), num_warps=lc.num_warps,
-                               num_stages=lc.num_stages)
-
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            go()
-    else:
-        go()
-
-
 def transform_weight(problem: ConvProblem, p: plan.Plan, w: torch.Tensor) -> torch.Tensor:
     """``U`` (36 x C x K, input dtype, flat; of the weight transposed and flipped for the data gradient) of
     weight ``w``, computed now."""
     w = to_layout(w, problem.layout)
     u = torch.empty(POINTS2 * problem.in_channels * problem.out_channels, dtype=w.dtype, device=w.device)
-    _launch(p.launches[:1], {"b": w, "u": u}, w.device)
+    launch_all(p.launches[:1], {"b": w, "u": u}, w.device)
     return u
 
 
@@ -244,7 +231,7 @@ def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bi
                "m": workspace[v_words:].view(torch_dtype(kernels.m_dtype(problem.dtype)))}
     if bias is not None:
         tensors["bias"] = bias.contiguous()
-    _launch(p.launches[1:], tensors, a.device)
+    launch_all(p.launches[1:], tensors, a.device)
     return result
 
 

@@ -1,0 +1,89 @@
+"""conv_core.launch_site: when a launch goes through the JIT and when straight to the compiled kernel, and
+what the compiled kernel's launcher receives (checked with stand-ins for a JIT kernel and for CUDA tensors,
+since CI has no GPU; the GPU run launches every conv-rdna kernel through it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conv_core.launch_site import LaunchSite
+
+
+class _Tensor:
+    """What a launch reads of a tensor: device, dtype, address."""
+
+    def __init__(self, address: int, dtype=torch.bfloat16, device: str = "cuda:0") -> None:
+        self.device, self.dtype, self.address = torch.device(device), dtype, address
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+def _kernel_body(x_ptr, out_ptr, n, scale, BLOCK, EVEN=True):  # noqa: N803
+    """The stand-in kernel's signature (a default constexpr included)."""
+
+
+class _Kernel:
+    """A JIT kernel: ``kernel[grid](**kwargs)`` compiles (counted) and returns the compiled kernel, whose
+    ``[grid]`` is the launcher taking every parameter in order."""
+
+    def __init__(self) -> None:
+        self.fn = _kernel_body
+        self.jit_calls: list[dict] = []
+        self.launches: list[tuple] = []
+
+    def __getitem__(self, grid):
+        def jit(**kwargs):
+            self.jit_calls.append(kwargs)
+            return _Compiled(self)
+        return jit
+
+
+class _Compiled:
+    def __init__(self, kernel: _Kernel) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        gx, gy, gz = grid  # Triton's launcher reads three sizes
+        return lambda *args: self.kernel.launches.append((grid, args))
+
+
+def _site(kernel: _Kernel) -> LaunchSite:
+    return LaunchSite(kernel, (4, 2), ("x_ptr", "out_ptr"), dict(n=100, scale=3, BLOCK=64),
+                      dict(num_warps=4, num_stages=2))
+
+
+def test_the_first_launch_goes_through_the_jit_and_later_ones_straight_to_the_compiled_kernel():
+    kernel, x, out = _Kernel(), _Tensor(1024), _Tensor(2048)
+    site = _site(kernel)
+    site({"x_ptr": x, "out_ptr": out})
+    assert kernel.jit_calls == [dict(x_ptr=x, out_ptr=out, n=100, scale=3, BLOCK=64, num_warps=4, num_stages=2)]
+    assert kernel.launches == []
+
+    x2, out2 = _Tensor(4096), _Tensor(8192)
+    site({"x_ptr": x2, "out_ptr": out2})
+    assert len(kernel.jit_calls) == 1
+    assert kernel.launches == [((4, 2, 1), (x2, out2, 100, 3, 64, True))]  # every parameter in order, defaults too
+
+
+@pytest.mark.parametrize("change", ["alignment", "dtype", "device"])
+def test_a_tensor_the_compiled_kernel_was_not_specialized_for_goes_through_the_jit(change):
+    kernel = _Kernel()
+    site = _site(kernel)
+    site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
+    other = {"alignment": _Tensor(1026), "dtype": _Tensor(1024, torch.float16),
+             "device": _Tensor(1024, device="cuda:1")}[change]
+    site({"x_ptr": other, "out_ptr": _Tensor(2048)})
+    assert len(kernel.jit_calls) == 2 and kernel.launches == []
+
+
+def test_cpu_tensors_and_the_debug_switch_always_go_through_the_jit(monkeypatch):
+    kernel = _Kernel()
+    site = _site(kernel)
+    for _ in range(2):
+        site({"x_ptr": _Tensor(1024, device="cpu"), "out_ptr": _Tensor(2048, device="cpu")})
+    monkeypatch.setenv("CONV_CORE_JIT_LAUNCH", "1")
+    for _ in range(2):
+        site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
+    assert len(kernel.jit_calls) == 4 and kernel.launches == []

@@ -1,0 +1,62 @@
+"""What the shipped tables pick on the layers of benchmark runs, and how those picks did in each run (no GPU).
+
+Ranks every layer of the bench JSON files as the engine would on the GPU they ran on (the installed backends'
+candidates for a CUDA device, the tables shipped in the installed packages), then looks the pick's time up
+in each run beside aten's. A table folded from runs is checked against those runs' own measurements this
+way; an independent GPU run is still what validates it.
+
+Usage: python3 scripts/replay_ranking.py RUN_DIR...   (each a folder of one bench run's *_*_*.json)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+from conv_core.engine import get_engine
+from conv_core.problem import ConvProblem
+from conv_core.ranking import rank
+from conv_core.tuning import Timings
+
+DEVICE = torch.device("cuda")  # the hooks read the device type only
+
+
+def rows_of(run: Path) -> dict[str, dict]:
+    return {row["problem"]: row for path in sorted(run.glob("*_*_*.json"))
+            for row in json.loads(path.read_text())["rows"]}
+
+
+def main(runs: list[Path]) -> int:
+    engine = get_engine()
+    measured = [rows_of(run) for run in runs]
+    first = next(iter(measured[0].values()))
+    device_name = json.loads(next(runs[0].glob("*_*_*.json")).read_text())["device_name"]
+    timings = Timings(device_name, first["problem"].rsplit(" ", 1)[1], engine.versions(), Path("/nonexistent"),
+                      engine.registry.tuning_tables())
+    worst, slower, same = [], [], [0] * len(runs)
+    for key in measured[0]:
+        problem = ConvProblem.from_key(key)
+        candidates, declined = engine.registry.candidates(problem, DEVICE)
+        pick = rank(problem, candidates, declined, timings).best.kernel_id
+        ratios = []
+        for i, rows in enumerate(measured):
+            same[i] += rows[key]["picked"] == pick
+            times = {m["kernel"]: m["us"] for m in rows[key]["measurements"] if m["us"]}
+            ratios.append(rows[key]["aten_us"] / times[pick] if pick in times else float("nan"))
+        worst.append(min(ratios))
+        if min(ratios) < 0.95:
+            slower.append(f"{rows[key]['layer']} {problem.direction} {problem.layout}: {pick} {ratios}")
+    known = [r for r in worst if not math.isnan(r)]
+    print(f"{len(worst)} layers; the pick's worst run vs aten: geomean "
+          f"{math.exp(sum(map(math.log, known)) / len(known)):.3f}, min {min(known):.3f}; "
+          f"more than 5% slower than aten in some run: {len(slower)}; pick not measured: {len(worst) - len(known)}; "
+          f"the same pick as each run made: {same}")
+    print("\n".join(slower))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main([Path(p) for p in sys.argv[1:]]))
