@@ -57,8 +57,7 @@ class LaunchSite:
         runner(*(tensors[name] if is_pointer else value for is_pointer, name, value in self._arguments))
 
     def _through_jit(self, tensors: Mapping[str, torch.Tensor]):
-        return self.kernel[self.grid](**{name: tensors[name] for name in self.pointers}, **self.values,
-                                      **self.options)
+        return self.kernel[self.grid](**tensors, **self.values, **self.options)
 
     @functools.cached_property
     def _arguments(self) -> tuple[tuple[bool, str, object], ...]:
