@@ -9,7 +9,8 @@ tagged deterministic, float64 reference under the tolerance model).
 
 Usage (on the GPU machine):
     python3 scripts/gpu_suite_checks.py --backend rdna --out DIR \
-        [--suites resnet50:8,sd_vae_decoder:1,retinanet_head:1] [--dtypes bf16,fp16] [--layouts nhwc,nchw]
+        [--suites resnet50:8,sd_vae_decoder:1,retinanet_head:1] [--dtypes bf16,fp16] [--layouts nhwc,nchw] \
+        [--directions bwd_weight] [--kernels winograd_f4x3_bwd_weight]
 
 Writes ``DIR/suite_checks_<backend>.json`` and prints a table per kernel.
 """
@@ -41,6 +42,7 @@ def parse_args(argv):
     p.add_argument("--dtypes", default="bf16,fp16")
     p.add_argument("--layouts", default="nhwc,nchw")
     p.add_argument("--directions", default="fwd,bwd_data,bwd_weight")
+    p.add_argument("--kernels", default="", help="only these candidate kernels (comma-separated; default: all)")
     return p.parse_args(argv)
 
 
@@ -66,6 +68,8 @@ def main(argv=None) -> int:
     path = f"{args.out}/suite_checks_{args.backend}.json"
     for suite, layer, problem in cases(args, device):
         candidates, declined = registry.candidates(problem, device, only=args.backend)
+        if args.kernels:
+            candidates = [c for c in candidates if c.kernel in args.kernels.split(",")]
         for candidate in candidates:
             try:
                 outcome = check_candidate(problem, candidate, device, seed=1)

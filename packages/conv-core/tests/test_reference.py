@@ -446,3 +446,19 @@ def test_compare_rejects_wrong_shape_and_nan():
     value[0, 0, 0, 0] = math.nan
     result = R.compare(p, value, operands)
     assert not result.ok and result.nan_elements == 1 and result.bad_elements == 1
+
+
+def test_needed_error_factor_measures_what_the_tolerance_leaves_over():
+    """A correctly rounded result needs no factor; an error of 6 u absref needs about 3 (the bound's ``2 E u``)."""
+    problem = ConvProblem("fwd", 2, 8, 4, (6, 5), 3, 1, 1, 1, dtype="bfloat16")
+    u = R.UNIT_ROUNDOFF["bfloat16"]
+
+    def rounded(*operands):
+        return R.reference(problem, operands).to(torch.bfloat16)
+
+    def off(*operands):
+        return R.reference(problem, operands) + 6 * u * R.absolute_reference(problem, operands)
+
+    assert R.needed_error_factor(problem, rounded, CPU, range(2))[0] == 0.0
+    worst, raw = R.needed_error_factor(problem, off, CPU, range(2))
+    assert 2.5 < worst <= 3.0 and raw == pytest.approx(6.0)

@@ -115,7 +115,8 @@ def test_tags_on_the_cpu():
 def test_tags_on_a_gpu():
     p = problem("bwd_weight", arch="gfx1201", batch=32, in_channels=64, out_channels=64, input_size=(56, 56),
                 layout="channels_last")
-    split, atomic = answer(p, CUDA)
+    split, atomic, wino = answer(p, CUDA)
+    assert wino.kernel == "winograd_f4x3_bwd_weight" and {"deterministic", "needs_workspace"} <= wino.tags
     assert {"deterministic", "needs_workspace", "cuda_graph_safe", "experimental"} <= split.tags
     assert split.workspace_bytes == 4 * int(split.config.rsplit("x", 1)[1]) * math.prod(p.weight_shape)
     assert {"atomics", "cuda_graph_safe", "needs_workspace"} <= atomic.tags and "deterministic" not in atomic.tags

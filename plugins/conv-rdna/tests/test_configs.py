@@ -18,7 +18,8 @@ FAMILY_DIRECTION = {"implicit_gemm": "fwd", "gemm1x1": "fwd", "bwd_data": "bwd_d
                     "few_channels_in": "fwd", "few_channels_out": "fwd", "winograd": "fwd", "implicit_gemm_cf": "fwd",
                     "bwd_weight_cf": "bwd_weight", "few_channels_in_bwd_weight": "bwd_weight",
                     "few_channels_out_bwd_weight": "bwd_weight", "few_channels_in_bwd_data": "bwd_data",
-                    "few_channels_out_bwd_data": "bwd_data", "col2im_bwd_data": "bwd_data"}
+                    "few_channels_out_bwd_data": "bwd_data", "col2im_bwd_data": "bwd_data",
+                    "winograd_bwd_weight": "bwd_weight"}
 
 
 def sweep(family: str):

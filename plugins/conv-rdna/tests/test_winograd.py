@@ -8,29 +8,25 @@ Interpreted on the CPU (see conftest.py); ``CONV_RDNA_TEST_DEVICE=cuda`` runs th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import os
 from fractions import Fraction
 
 import pytest
 import torch
 from conv_core.candidate import Declined
 from conv_core.problem import ConvProblem
-from conv_core.reference import UNIT_ROUNDOFF, absolute_reference, compare, random_operands, reference
-from conv_core.testing.conformance import check_candidate, check_metadata
+from conv_core.reference import compare, needed_error_factor, random_operands
 from conv_core.weight_cache import DerivedWeightCache
 from conv_rdna import candidates, configs, plan, winograd
 from conv_rdna.kernels import winograd as wk
 from conv_rdna.launch import launch_all
+from winograd_testing import DEVICE, Declared, kit_checks, matrix, table
 
-DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
 KERNEL = winograd.KERNEL
 LAYOUTS = ("channels_first", "channels_last")
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")  # the hook only reads the device type
 
-
-def table() -> configs.ArchTable:
-    return configs.table(configs.INTERPRETER if DEVICE == "cpu" else configs.DEFAULT)
 
 
 def fwd(**fields) -> ConvProblem:
@@ -44,12 +40,6 @@ def make(problem: ConvProblem) -> plan.Plan:
     return plan.make_plan(problem, KERNEL, configs.select(tab, "winograd", problem), tab)
 
 
-class Declared:
-    """Stands in for the candidate in ``compare``: only its error factor and tags matter there."""
-
-    def __init__(self, problem: ConvProblem):
-        self.error_factor, self.tags = winograd.error_factor(problem), frozenset()
-
 
 def check(problem: ConvProblem, seed: int = 0):
     """Run on random operands into a NaN-poisoned ``out``; compare with the declared error factor."""
@@ -57,7 +47,7 @@ def check(problem: ConvProblem, seed: int = 0):
     operands = random_operands(problem, DEVICE, seed)
     out = problem.empty_result(DEVICE).fill_(math.nan)
     assert winograd.run(problem, p, *operands, out=out) is out
-    result = compare(problem, out, operands, Declared(problem))
+    result = compare(problem, out, operands, Declared(winograd.error_factor(problem)))
     assert result.ok, result.message
     return p, operands, out
 
@@ -83,9 +73,6 @@ def test_chosen_points_and_their_matrices():
     assert wk.AT[0][0] == Fraction(97, 36)
 
 
-def _mat(rows) -> torch.Tensor:
-    return torch.tensor([[float(v) for v in row] for row in rows], dtype=torch.float64)
-
 
 def _tiles6(x: torch.Tensor, problem: ConvProblem) -> torch.Tensor:
     """The 6x6 input patch of every 4x4 output tile, ``[tiles, C, 6, 6]`` (zero padding to whole tiles)."""
@@ -105,7 +92,7 @@ def test_transform_kernels_match_the_matrices(layout):
                   padding=((2, 1), (0, 2)))
     p = make(problem)
     x, w, _ = random_operands(problem, DEVICE, 1)
-    at, g, bt = _mat(wk.AT), _mat(wk.G), _mat(wk.BT)
+    at, g, bt = matrix(wk.AT), matrix(wk.G), matrix(wk.BT)
     c, k, t = problem.in_channels, problem.out_channels, winograd.tiles(problem)[2]
 
     u = winograd.transform_weight(problem, p, w).reshape(36, c, k).cpu().double()
@@ -194,7 +181,7 @@ def test_data_gradient_weight_transform_reads_the_flipped_weight():
     ``[36, K, C]`` (reduced over the output channels K), read through negative tap strides."""
     problem = fwd(dtype="float32", layout="channels_first", in_channels=66, out_channels=70).with_direction("bwd_data")
     w = random_operands(problem, DEVICE, 1)[1]
-    g = _mat(wk.G)
+    g = matrix(wk.G)
     u = winograd.transform_weight(problem, make(problem), w).reshape(36, 70, 66).cpu().double()
     flipped = w.cpu().double().flip(2, 3)  # [k, c, 2 - r, 2 - s]
     expect = torch.einsum("xr,kcrs,ys->xykc", g, flipped, g).reshape(36, 70, 66)
@@ -217,22 +204,6 @@ def test_strided_out_and_operands_in_the_other_layout():
 # ---- the error factor, measured ------------------------------------------------------------------------------
 
 
-def needed_error_factor(problem: ConvProblem, seeds) -> tuple[float, float]:
-    """``(E, raw)``: the smallest error factor with which every element of every seed passes
-    (docs/tolerance.md), and the largest ``|out - ref| / (u_in * absref)``."""
-    p = make(problem)
-    u_out, u_in = UNIT_ROUNDOFF[problem.result_dtype], UNIT_ROUNDOFF[problem.dtype]
-    worst = raw = 0.0
-    for seed in seeds:
-        operands = random_operands(problem, DEVICE, seed)
-        ref, absref = reference(problem, operands).cpu(), absolute_reference(problem, operands).cpu()
-        err = (winograd.run(problem, p, *operands).cpu().double() - ref).abs()
-        rest = err - 2 * u_out * ref.abs() - 4 * math.sqrt(problem.reduction_length) * 2.0**-24 * absref
-        worst = max(worst, float((rest / (2 * u_in * absref)).max()))
-        raw = max(raw, float((err / (u_in * absref)).max()))
-    return worst, raw
-
-
 @pytest.mark.parametrize("dtype", winograd.DTYPES)
 def test_error_factor(dtype):
     """The declared factor is about twice the largest one random operands need (MEASURED_ERROR_FACTOR: 100
@@ -240,7 +211,7 @@ def test_error_factor(dtype):
     and must need no more than the record."""
     problem = fwd(dtype=dtype, in_channels=winograd.MIN_CHANNELS, out_channels=64, input_size=(13, 11),
                   padding=((1, 2), (0, 1)))
-    worst, raw = needed_error_factor(problem, range(4))
+    worst, raw = needed_error_factor(problem, functools.partial(winograd.run, problem, make(problem)), DEVICE, range(4))
     print(f"{dtype}: needed error factor {worst:.3f}, max |err| / (u_in absref) {raw:.3f}")
     recorded, declared = winograd.MEASURED_ERROR_FACTOR[dtype], winograd.ERROR_FACTOR[dtype]
     assert worst <= 1.05 * recorded + 0.02
@@ -258,7 +229,7 @@ def test_textbook_points_would_need_a_larger_factor():
     absref = torch.einsum("tcijrs,kcrs->tkij", windows.abs(), w.abs())
 
     def error(points) -> float:
-        at, g, bt = map(_mat, wk.toom_cook_matrices(points))
+        at, g, bt = map(matrix, wk.toom_cook_matrices(points))
         u = torch.einsum("xr,kcrs,ys->kcxy", g, w, g).half().double()
         v = torch.einsum("xh,tchw,yw->tcxy", bt, d, bt).float().half().double()
         y = torch.einsum("ix,tkxy,jy->tkij", at, torch.einsum("kcxy,tcxy->tkxy", u, v), at)
@@ -348,12 +319,7 @@ def test_estimates_follow_the_arithmetic_intensity():
         padding=((1, 2), (2, 1))).with_direction("bwd_data"),
 ], ids=["f16-cl-bias-gelu-asym", "f32-cf", "bwd-data-f16-cf-asym"])
 def test_conformance_kit_checks(problem):
-    """The kit's per-candidate checks with the declared error factor: poisoned out, fresh result, bits equal
-    twice (deterministic), operands untouched, stable id."""
-    (wino,) = [c for c in candidates.candidates(problem, torch.device(DEVICE)) if c.kernel == KERNEL]
-    result = check_candidate(problem, wino, DEVICE)
-    assert result.ok, result.message
-    assert check_metadata(problem, wino, DEVICE) == []
+    kit_checks(problem, KERNEL)
 
 
 # ---- the transformed-weight cache ------------------------------------------------------------------------------
@@ -378,12 +344,12 @@ def test_cache_hit_and_in_place_updates_are_never_stale(cache):
     w.mul_(-0.5)  # in place: the version moves
     changed = winograd.run(problem, p, x, w)
     assert cache.misses == 2
-    assert compare(problem, changed, (x, w), Declared(problem)).ok
+    assert compare(problem, changed, (x, w), Declared(winograd.error_factor(problem))).ok
     assert not torch.equal(changed, first)
 
     w[3].zero_()  # in place through a view: shares the version counter
     viewed = winograd.run(problem, p, x, w)
-    assert cache.misses == 3 and compare(problem, viewed, (x, w), Declared(problem)).ok
+    assert cache.misses == 3 and compare(problem, viewed, (x, w), Declared(winograd.error_factor(problem))).ok
     assert (viewed[:, 3] == 0).all()
     assert len(cache) == 1, "the entries of older versions were replaced"
 
@@ -391,7 +357,7 @@ def test_cache_hit_and_in_place_updates_are_never_stale(cache):
     dy = random_operands(back, DEVICE, 1)[0]
     dx = winograd.run(back, make(back), dy, w)
     assert cache.misses == 4 and len(cache) == 2, "the data gradient's U is its own entry of the same weight"
-    assert compare(back, dx, (dy, w), Declared(back)).ok
+    assert compare(back, dx, (dy, w), Declared(winograd.error_factor(back))).ok
 
 
 def test_cache_checks_the_storage_not_just_the_address(cache, monkeypatch):

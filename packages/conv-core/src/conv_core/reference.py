@@ -222,6 +222,28 @@ def compare(problem: ConvProblem, out: torch.Tensor, operands: tuple, candidate:
     return Comparison(ok, ratio, rel, bad, nan, message)
 
 
+def needed_error_factor(problem: ConvProblem, run, device: torch.device | str, seeds) -> tuple[float, float]:
+    """``(E, raw)``: the smallest ``error_factor`` with which every element of ``run(*operands)`` passes the
+    tolerance on every seed's :func:`random_operands`, and the largest ``|out - ref| / (u_in absref)``.
+
+    How a kernel that rounds derived operands (Winograd's transforms) measures the factor it declares: about
+    twice the worst ``E`` over many seeds (``docs/tolerance.md``). ``E`` is the part of each element's error
+    that the output rounding and the accumulation terms do not cover, in units of ``2 u_in absref``; problems
+    without a bias or an activation.
+    """
+    u_out, u_in = UNIT_ROUNDOFF[problem.result_dtype], UNIT_ROUNDOFF[problem.dtype]
+    u_acc = UNIT_ROUNDOFF["float64" if problem.dtype == "float64" else "float32"]
+    worst = raw = 0.0
+    for seed in seeds:
+        operands = random_operands(problem, device, seed)
+        ref, absref = reference(problem, operands).cpu(), absolute_reference(problem, operands).cpu()
+        err = (run(*operands).cpu().double() - ref).abs()
+        rest = err - 2 * u_out * ref.abs() - 4 * math.sqrt(problem.reduction_length) * u_acc * absref
+        worst = max(worst, float((rest / (2 * u_in * absref)).max()))
+        raw = max(raw, float((err / (u_in * absref)).max()))
+    return worst, raw
+
+
 # ---- inputs --------------------------------------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from conv_core.aot import compile_all, ptxas_stats
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
 
-from . import configs, plan, sweep, winograd
+from . import configs, plan, sweep, winograd, winograd_bwd_weight
 
 #: Compile targets: arch name -> (Triton backend, arch, warp size).
 TARGETS = {
@@ -78,8 +78,8 @@ EDGE_SHAPES = {"conv1d": ("float16", "channels_last"), "conv1d-wide": ("bfloat16
 
 #: Kernels whose plans run several kernels around one matrix multiply: the name of each launch (in job
 #: ids) and the index of the matrix multiply (the launch that must use the matrix units).
-LAUNCH_NAMES = {winograd.KERNEL: winograd.LAUNCHES}
-MATRIX_LAUNCH = {winograd.KERNEL: winograd.GEMM_LAUNCH}
+LAUNCH_NAMES = {winograd.KERNEL: winograd.LAUNCHES, winograd_bwd_weight.KERNEL: winograd_bwd_weight.LAUNCHES}
+MATRIX_LAUNCH = {winograd.KERNEL: winograd.GEMM_LAUNCH, winograd_bwd_weight.KERNEL: winograd_bwd_weight.GEMM_LAUNCH}
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     channels_first = kernel in plan.CHANNELS_FIRST_KERNELS.values()
     if channels_first and layout != "channels_first":  # offered for channels-first problems only
         return None
-    if shape.startswith("wino") and kernel != winograd.KERNEL:
+    if shape.startswith("wino") and kernel not in LAUNCH_NAMES:
         return None
     fields = dict(SHAPES[shape], dtype=dtype, layout=layout, arch=arch)
     if depthwise:  # every geometry as a depthwise one
@@ -145,6 +145,9 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     problem = ConvProblem("fwd", **{"stride": 1, "padding": 0, "dilation": 1, **fields})
     if kernel == winograd.KERNEL:  # only the geometries it is offered for
         return problem.replace(bias=True, activation="gelu") if winograd.applies(problem) else None
+    if kernel == winograd_bwd_weight.KERNEL:
+        problem = problem.with_direction("bwd_weight")
+        return problem if winograd_bwd_weight.applies(problem) else None
     if kernel in FORWARD_KERNELS:
         return problem.replace(bias=True, activation="gelu")
     if kernel == "bwd_data_cf" and problem.stride != (1,) * problem.ndim:

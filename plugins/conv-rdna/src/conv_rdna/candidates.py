@@ -31,6 +31,8 @@ the table picks (:func:`conv_rdna.configs.select`):
 ``winograd_f4x3``                  forward and data gradient, 3x3 / stride 1 / dilation 1 / groups 1, >= 64 input
                                    and output channels: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`; the data
                                    gradient as the forward convolution of ``dy`` with the flipped weight)
+``winograd_f4x3_bwd_weight``       weight gradient of the same layers: 36 GEMMs over 4x4 tiles of ``dy``
+                                   (:mod:`conv_rdna.winograd_bwd_weight`), deterministic split reduction
 ``implicit_gemm_cf``               forward of channels-first problems, pixel tiles of one image loading along W
 ``bwd_data_cf``                    data gradient of channels-first stride-1 problems (the same kernel, on ``dy``
                                    with the flipped weight)
@@ -50,7 +52,7 @@ from conv_core.candidate import Candidate, Declined
 from conv_core.estimate import estimate_us
 from conv_core.problem import ConvProblem
 
-from . import configs, launch, plan, winograd
+from . import configs, launch, plan, winograd, winograd_bwd_weight
 
 BACKEND = "rdna"
 
@@ -61,6 +63,9 @@ DTYPES = ("float16", "bfloat16", "float32")
 #: CPU they lose to ``aten`` unless forced (``backend="rdna"``) or measured.
 INTERPRETED_SLOWDOWN = 1000.0
 INTERPRETED_FIXED_US = 100_000.0
+
+#: Kernels with a host module of their own (its ``run``, ``error_factor`` and ``estimate_us``): Winograd's.
+HOST_MODULES = {winograd.KERNEL: winograd, winograd_bwd_weight.KERNEL: winograd_bwd_weight}
 
 
 def decline_reason(problem: ConvProblem, device: torch.device) -> str | None:
@@ -112,7 +117,8 @@ def kernels_for(problem: ConvProblem) -> tuple[str, ...]:
 def _general_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
     if problem.direction == "bwd_weight":
         return (("bwd_weight_split", "bwd_weight_atomic") + _channels_first_kernels_for(problem)
-                + plan.few_channels_kernels(problem))
+                + plan.few_channels_kernels(problem)
+                + ((winograd_bwd_weight.KERNEL,) if winograd_bwd_weight.applies(problem) else ()))
     general = "implicit_gemm" if problem.direction == "fwd" else "bwd_data_phased"
     pointwise = (all(k == 1 for k in problem.filter_size) and all(s == 1 for s in problem.stride)
                  and not any(lo or hi for lo, hi in problem.padding))
@@ -143,15 +149,15 @@ def candidates(problem: ConvProblem, device: torch.device) -> list[Candidate | D
 def candidate(problem: ConvProblem, kernel: str, config, tab: configs.ArchTable, device: torch.device) -> Candidate:
     """The candidate of ``kernel`` with ``config`` (any configuration of its family): the one way to build
     one, shared by the hook and the offline sweep (:mod:`conv_rdna.sweep`), so that what is swept is what
-    is offered. Winograd runs through its own ``run`` (the transformed-weight cache) and declares its
-    error factor."""
+    is offered. Winograd runs through its own ``run`` (:data:`HOST_MODULES`: the forward's transformed-weight
+    cache, the weight gradient's workspace) and declares its error factor."""
     interpreted = device.type == "cpu"
     p = plan.make_plan(problem, kernel, config, tab)
-    wino = kernel == winograd.KERNEL
+    host = HOST_MODULES.get(kernel)
     return Candidate(BACKEND, kernel, p.config_name,
-                     run=functools.partial(winograd.run if wino else launch.run, problem, p),
+                     run=functools.partial(host.run if host else launch.run, problem, p),
                      estimate_us=estimate(problem, p, tab, interpreted), tags=tags(problem, p, tab, device),
-                     workspace_bytes=p.workspace_bytes, error_factor=winograd.error_factor(problem) if wino else 1.0)
+                     workspace_bytes=p.workspace_bytes, error_factor=host.error_factor(problem) if host else 1.0)
 
 
 def tags(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, device: torch.device) -> frozenset[str]:
@@ -212,8 +218,8 @@ def estimate(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, interpr
     along strided channels), with the table's ``channels_first_factor``. Workspace traffic (written
     once, read once) adds to the memory time.
     """
-    if p.kernel == winograd.KERNEL:  # three kernels in sequence: the Winograd flops and transform traffic
-        us = winograd.estimate_us(problem, p, tab)
+    if p.kernel in HOST_MODULES:  # kernels in sequence: the Winograd flops and transform traffic
+        us = HOST_MODULES[p.kernel].estimate_us(problem, p, tab)
         return us * INTERPRETED_SLOWDOWN + INTERPRETED_FIXED_US if interpreted else us
     eff = tab.efficiency[p.kernel]
     memory = eff["memory"]

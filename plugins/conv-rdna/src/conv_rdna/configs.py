@@ -33,6 +33,8 @@ from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
 from conv_core.sweep import layer_key, read_swept
 
+from .kernels.winograd import POINTS_N
+
 #: Depthwise stencil families (``groups == in_channels``): :class:`StencilConfig` entries, not GEMM tiles.
 DEPTHWISE_FAMILIES = ("depthwise_fwd", "depthwise_bwd_data", "depthwise_bwd_weight")
 
@@ -46,8 +48,12 @@ FEW_CHANNELS_BWD_WEIGHT_FAMILIES = ("few_channels_in_bwd_weight", "few_channels_
 FEW_CHANNELS_FAMILIES = ("few_channels_in", "few_channels_out", *FEW_CHANNELS_BWD_WEIGHT_FAMILIES,
                          "few_channels_in_bwd_data", "few_channels_out_bwd_data", "col2im_bwd_data")
 
-#: Winograd F(4x4, 3x3) (:mod:`conv_rdna.winograd`): its GEMMs' tiles (tiles x output x input channels).
-WINOGRAD_FAMILIES = ("winograd",)
+#: Winograd F(4x4, 3x3): the GEMMs' tiles of the forward and data gradient (:mod:`conv_rdna.winograd`: tiles x
+#: produced x reduced channels) and of the weight gradient (:mod:`conv_rdna.winograd_bwd_weight`: output x input
+#: channels, reduced over tiles).
+WINOGRAD_FAMILIES = ("winograd", "winograd_bwd_weight")
+#: Winograd F(4x4, 3x3)'s transformed points per tile: the batch of its GEMMs.
+WINOGRAD_POINTS = POINTS_N**2
 
 #: Channels-first families (:mod:`conv_rdna.kernels.channels_first`): the forward kernel (which also runs
 #: the stride-1 data gradient) and the weight gradient, tiling the pixels of one image at a time.
@@ -388,6 +394,9 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
         tiles = problem.batch * math.prod(-(-size // 4) for size in (problem.output_size if forward
                                                                      else problem.input_size))
         return {"m": tiles, "n": cout, "red": cin} if forward else {"m": tiles, "n": cin, "red": cout}
+    if family == "winograd_bwd_weight":  # the 36 GEMMs: output x input channels, reduced over dy's 4x4 tiles
+        tiles = problem.batch * math.prod(-(-size // 4) for size in problem.output_size)
+        return {"m": cout, "n": cin, "red": tiles}
     raise ValueError(f"unknown kernel family {family!r}")
 
 
@@ -413,11 +422,18 @@ def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_
     families own one tap per tile; the few-channel ones every tap of their rows or columns
     (:func:`gemm_view`), so they have few tiles and take the table's ``few_channels_split`` rule, which
     allows many more splits, over the pixels they reduce (the input pixels for ``few_channels_out``).
+    Winograd's weight gradient (``winograd_bwd_weight``) splits its 36 GEMMs' reduction over tiles by the
+    general rule; its partial results are 36 / 9 times the weight.
     """
+    numel = math.prod(problem.weight_shape)
     if family in FEW_CHANNELS_BWD_WEIGHT_FAMILIES:
         rule, view = tab.few_channels_split or tab.split, gemm_view(problem, family)
         tiles = math.ceil(view["m"] / config.block_m) * math.ceil(view["n"] / config.block_n) * problem.groups
         pixels = view["red"]
+    elif family == "winograd_bwd_weight":
+        rule, view = tab.split, gemm_view(problem, family)
+        tiles = WINOGRAD_POINTS * math.ceil(view["m"] / config.block_m) * math.ceil(view["n"] / config.block_n)
+        pixels, numel = view["red"], WINOGRAD_POINTS * view["m"] * view["n"]
     else:
         rule, g = tab.split, problem.groups
         cin, cout = problem.in_channels // g, problem.out_channels // g
@@ -427,7 +443,7 @@ def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_
     blocks = math.ceil(pixels / config.block_k)
     split = math.ceil(rule.target_programs / tiles)
     split = min(split, rule.max_split, blocks // rule.min_blocks_per_split,
-                int32_elements // math.prod(problem.weight_shape), 65535)
+                int32_elements // numel, 65535)
     return max(split, 1)
 
 

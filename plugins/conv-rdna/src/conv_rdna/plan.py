@@ -59,6 +59,7 @@ KERNELS = {
     "few_channels_out_bwd_data": "few_channels_out_bwd_data",
     "col2im_bwd_data": "col2im_bwd_data",
     "winograd_f4x3": "winograd",
+    "winograd_f4x3_bwd_weight": "winograd_bwd_weight",
     "implicit_gemm_cf": "implicit_gemm_cf",
     "bwd_data_cf": "implicit_gemm_cf",
     "bwd_weight_cf": "bwd_weight_cf",
@@ -176,7 +177,7 @@ def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
                "few_channels_out_bwd_weight": _few_channels_bwd_weight,
                "few_channels_in_bwd_data": _few_cout, "few_channels_out_bwd_data": _few_cin,
                "col2im_bwd_data": _col2im_bwd_data,
-               "winograd_f4x3": _winograd,
+               "winograd_f4x3": _winograd, "winograd_f4x3_bwd_weight": _winograd_bwd_weight,
                "implicit_gemm_cf": _implicit_gemm_cf, "bwd_data_cf": _bwd_data_cf,
                "bwd_weight_cf": _bwd_weight_cf}[kernel]
     return builder(problem, kernel, config, tab)
@@ -186,6 +187,12 @@ def _winograd(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
     from .winograd import make_plan as winograd_plan  # the family's host module (it imports this one)
 
     return winograd_plan(problem, kernel, config, tab)
+
+
+def _winograd_bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    from .winograd_bwd_weight import make_plan as winograd_bwd_weight_plan  # as _winograd
+
+    return winograd_bwd_weight_plan(problem, kernel, config, tab)
 
 
 def _tiles(config: TileConfig) -> dict:
@@ -839,8 +846,9 @@ def role_dtypes(problem: ConvProblem) -> dict[str, str]:
     """Element dtype of each pointer role."""
     a, b = problem.operand_dtypes
     return {"a": a, "b": b, "bias": problem.out_dtype, "out": problem.result_dtype, "workspace": "float32",
-            # Winograd: transformed weight and input (the GEMM's operands), the GEMM's result
-            "u": a, "v": a, "m": winograd_m_dtype(a)}
+            # Winograd: transformed weight (or dy) and input (the GEMM's operands), the GEMM's result (of the
+            # weight gradient: z, float32 partials)
+            "u": a, "v": a, "m": winograd_m_dtype(a), "z": "float32"}
 
 
 def aot_specialization(launch: Launch, dtypes: dict[str, str]) -> tuple[dict, dict, dict]:

@@ -91,9 +91,9 @@ def forward_view(problem: ConvProblem) -> ConvProblem:
 
 def computed_padding(problem: ConvProblem) -> tuple[int, ...]:
     """Every side's padding of the forward convolution computed (:func:`forward_view`: ``2 - pad`` for the
-    data gradient, negative where the layer pads by more than 2)."""
+    data gradient, negative where the layer pads by more than 2; the layer's own for the weight gradient)."""
     sides = [side for pair in problem.padding for side in pair]
-    return tuple(sides) if problem.direction == "fwd" else tuple(2 - side for side in sides)
+    return tuple(2 - side for side in sides) if problem.direction == "bwd_data" else tuple(sides)
 
 
 def tiles(problem: ConvProblem) -> tuple[int, int, int]:
@@ -113,14 +113,19 @@ def workspace_issue(problem: ConvProblem) -> str | None:
     return None
 
 
-def applies(problem: ConvProblem) -> bool:
-    """Whether the Winograd candidate is offered for ``problem`` (the gate; docs/winograd.md)."""
-    return (problem.direction in DIRECTIONS and problem.ndim == 2 and problem.groups == 1
+def layer_applies(problem: ConvProblem) -> bool:
+    """The gate's conditions on the layer, which the weight gradient's candidate shares
+    (:mod:`conv_rdna.winograd_bwd_weight`): everything but the direction and the workspace."""
+    return (problem.ndim == 2 and problem.groups == 1
             and problem.filter_size == (3, 3) and problem.stride == (1, 1) and problem.dilation == (1, 1)
             and all(0 <= side <= MAX_PADDING for side in computed_padding(problem))
             and problem.in_channels >= MIN_CHANNELS and problem.out_channels >= MIN_CHANNELS
-            and problem.dtype in DTYPES and problem.weight_dtype == problem.dtype
-            and workspace_issue(problem) is None)
+            and problem.dtype in DTYPES and problem.weight_dtype == problem.dtype)
+
+
+def applies(problem: ConvProblem) -> bool:
+    """Whether the Winograd candidate is offered for ``problem`` (the gate; docs/winograd.md)."""
+    return problem.direction in DIRECTIONS and layer_applies(problem) and workspace_issue(problem) is None
 
 
 def error_factor(problem: ConvProblem) -> float:
@@ -141,7 +146,7 @@ def transform_blocks(tab: configs.ArchTable) -> dict:
     return entry["winograd_transforms"]
 
 
-def _words(elements: int, dtype: str) -> int:
+def float32_words(elements: int, dtype: str) -> int:
     """float32 words holding ``elements`` of ``dtype``, rounded up to 16 bytes (aligned pointers)."""
     return -(-elements * element_size(dtype) // 16) * 4
 
@@ -150,8 +155,8 @@ def workspace_parts(problem: ConvProblem) -> tuple[int, int]:
     """float32 words of ``V`` and of ``M`` in the workspace (``V`` first)."""
     problem = forward_view(problem)
     t = tiles(problem)[2]
-    return (_words(POINTS2 * t * problem.in_channels, problem.dtype),
-            _words(POINTS2 * t * problem.out_channels, kernels.m_dtype(problem.dtype)))
+    return (float32_words(POINTS2 * t * problem.in_channels, problem.dtype),
+            float32_words(POINTS2 * t * problem.out_channels, kernels.m_dtype(problem.dtype)))
 
 
 def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab: configs.ArchTable) -> plan.Plan:
