@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import torch
 from conv_core.geometry import Geometry
-from conv_core.problem import ConvProblem, is_dense_in, to_layout
+from conv_core.problem import ConvProblem, is_dense_in, to_layout, torch_dtype
 from conv_core.weight_cache import DerivedWeightCache
 
 from .plan import WEIGHT_FORMS, Launch, Plan
@@ -58,12 +58,21 @@ def run(problem: ConvProblem, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias
     tensors = {"a": a, "b": b, "out": result}
     if bias is not None:
         tensors["bias"] = bias.contiguous()
-    if plan.workspace_elements:
-        tensors["workspace"] = torch.empty(plan.workspace_elements, dtype=torch.float32, device=a.device)
+    tensors.update(workspace(plan, a.device))
     if plan.zero:
         tensors[plan.zero].zero_()
     launch_all(plan.launches, tensors, a.device)
     return result
+
+
+def workspace(plan: Plan, device: torch.device) -> dict[str, torch.Tensor]:
+    """The plan's scratch memory (role ``workspace``, float32) and its :attr:`~conv_rdna.plan.Plan.workspace_views`
+    by role; none without a workspace."""
+    if not plan.workspace_elements:
+        return {}
+    scratch = torch.empty(plan.workspace_elements, dtype=torch.float32, device=device)
+    return {"workspace": scratch, **{role: scratch[first:first + words].view(torch_dtype(dtype))
+                                     for role, first, words, dtype in plan.workspace_views}}
 
 
 def launch_all(launches: Sequence[Launch], tensors: dict[str, torch.Tensor], device: torch.device) -> None:

@@ -122,6 +122,9 @@ class Plan:
     #: the weight the launches read (role ``b``): ``""`` as given, or a cached copy repacked by
     #: :func:`conv_rdna.launch.repack` (:data:`WEIGHT_FORMS`).
     weight_form: str = ""
+    #: parts of the workspace that launches bind under roles of their own, ``(role, first float32 word, float32
+    #: words, dtype)``: Winograd's transformed operands and partial results (:func:`conv_rdna.launch.workspace`).
+    workspace_views: tuple[tuple[str, int, int, str], ...] = ()
 
     @property
     def config_name(self) -> str:
@@ -195,19 +198,35 @@ def _winograd_bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, 
     return winograd_bwd_weight_plan(problem, kernel, config, tab)
 
 
-def _tiles(config: TileConfig) -> dict:
-    return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, INTERPRET=interpreting())
-
-
-def _launch(kernel, grid, pointers, scalars, constexprs, config: TileConfig) -> Launch:
-    """The launch, its arguments checked against the kernel's parameters here, on the host: Triton's
-    interpreter ignores an unknown keyword that the compiled launch rejects."""
+def make_launch(kernel, grid, pointers: dict, scalars: dict, constexprs: dict, num_warps: int,
+                num_stages: int = 1) -> Launch:
+    """A :class:`Launch` from dicts, its arguments checked against the kernel's parameters here, on the host:
+    Triton's interpreter ignores an unknown keyword that the compiled launch rejects."""
     given = [*pointers, *scalars, *constexprs]
     if sorted(given) != sorted(kernel.arg_names):
         raise TypeError(f"{kernel.__name__}: arguments {sorted(set(given) ^ set(kernel.arg_names))} do not match "
                         "its parameters")
     return Launch(kernel, tuple(grid), tuple(pointers.items()), tuple(scalars.items()), tuple(constexprs.items()),
-                  config.num_warps, config.num_stages)
+                  num_warps, num_stages)
+
+
+def workspace_layout(*parts: tuple[str, int, str]) -> tuple[tuple[tuple[str, int, int, str], ...], int]:
+    """:attr:`Plan.workspace_views` of ``parts`` (``(role, float32 words, dtype)``) one after the other, and the
+    float32 words they take together."""
+    views, first = [], 0
+    for role, words, dtype in parts:
+        views.append((role, first, words, dtype))
+        first += words
+    return tuple(views), first
+
+
+def _tiles(config: TileConfig) -> dict:
+    return dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, INTERPRET=interpreting())
+
+
+def _launch(kernel, grid, pointers, scalars, constexprs, config: TileConfig) -> Launch:
+    """:func:`make_launch` with ``config``'s warps and stages."""
+    return make_launch(kernel, grid, pointers, scalars, constexprs, config.num_warps, config.num_stages)
 
 
 def _conv_scalars(g: Geometry) -> dict:

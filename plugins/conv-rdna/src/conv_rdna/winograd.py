@@ -34,11 +34,11 @@ import os
 import torch
 from conv_core.arch import spec
 from conv_core.estimate import roofline_us
-from conv_core.problem import ConvProblem, element_size, is_dense_in, to_layout, torch_dtype
+from conv_core.problem import ConvProblem, element_size, is_dense_in, to_layout
 from conv_core.weight_cache import DerivedWeightCache
 
 from . import configs, plan
-from .launch import launch_all
+from .launch import launch_all, workspace
 from .kernels import winograd as kernels
 
 #: Candidate kernel (the ``kernel`` part of the id) and its configuration family.
@@ -173,11 +173,7 @@ def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
     sy = plan.strides_nchw(view.output_shape, problem.layout)
     sw = plan.forward_weight(problem) if problem.direction == "fwd" else plan.flipped_weight(problem)
 
-    def launch(fn, grid, pointers, scalars, constexprs, num_warps, num_stages=1) -> plan.Launch:
-        return plan.Launch(fn, tuple(grid), tuple(pointers.items()), tuple(scalars.items()),
-                           tuple(constexprs.items()), num_warps, num_stages)
-
-    cdiv = plan._cdiv
+    launch, cdiv = plan.make_launch, plan._cdiv
     weight = launch(kernels.winograd_weight_transform, (cdiv(k, bc), cdiv(c, bt)), dict(w_ptr="b", u_ptr="u"),
                     dict(C=c, K=k, **{name: sw[name] for name in ("W_OFF", "swo", "swi", "swr", "sws")}),
                     dict(BLOCK_C=bt, BLOCK_K=bc, INTERPRET=interpret), warps)
@@ -195,7 +191,9 @@ def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
                       **plan._named("sy", sy)),
                  dict(HAS_BIAS=problem.bias, ACTIVATION=problem.activation or "", BLOCK_T=bt, BLOCK_K=bc,
                       INTERPRET=interpret), warps)
-    return plan.Plan(kernel, config, 1, (weight, inp, gemm, out), sum(workspace_parts(view)))
+    v_words, m_words = workspace_parts(view)
+    views, words = plan.workspace_layout(("v", v_words, problem.dtype), ("m", m_words, kernels.m_dtype(problem.dtype)))
+    return plan.Plan(kernel, config, 1, (weight, inp, gemm, out), words, workspace_views=views)
 
 
 # ---- the transformed-weight cache ------------------------------------------------------------------------
@@ -230,10 +228,7 @@ def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bi
     a = to_layout(a, layout)
     u = WEIGHT_CACHE.get(b, lambda: transform_weight(problem, p, b), form=problem.direction)
     result = problem.empty_result(a.device) if out is None else out
-    v_words, _ = workspace_parts(problem)
-    workspace = torch.empty(p.workspace_elements, dtype=torch.float32, device=a.device)
-    tensors = {"a": a, "u": u, "out": result, "v": workspace[:v_words].view(a.dtype),
-               "m": workspace[v_words:].view(torch_dtype(kernels.m_dtype(problem.dtype)))}
+    tensors = {"a": a, "u": u, "out": result, **workspace(p, a.device)}
     if bias is not None:
         tensors["bias"] = bias.contiguous()
     launch_all(p.launches[1:], tensors, a.device)

@@ -10,7 +10,8 @@ derivation and the error analysis in ``docs/winograd.md`` ("The weight gradient"
 - :func:`make_plan`: four launches (:data:`LAUNCHES`): the forward's input transform of ``x`` (``V``), the
   transform of ``dy`` (``U``), the 36 GEMMs reduced over tiles in ``split`` ranges (``Z``, float32), the
   final transform that sums the splits in order and writes ``dw``. The workspace is ``V``, ``U`` (input
-  dtype) then ``Z``, carved from one float32 buffer. Nothing is cached: both operands are activations.
+  dtype) then ``Z``, views of one float32 buffer that the plugin's shared :func:`~conv_rdna.launch.run`
+  binds. Nothing is cached: both operands are activations.
 - :func:`estimate_us`: the GEMMs' flops at the table's compute efficiency, the transforms' and the
   partials' traffic at its memory efficiency.
 - Hardware status, as for every family: tagged ``experimental`` on a GPU until the offline sweep has timed
@@ -22,15 +23,13 @@ from __future__ import annotations
 import functools
 import math
 
-import torch
 from conv_core.arch import spec
 from conv_core.estimate import roofline_us
-from conv_core.problem import ConvProblem, element_size, is_dense_in, to_layout
+from conv_core.problem import ConvProblem, element_size
 
-from . import configs, plan, winograd
+from . import configs, launch, plan, winograd
 from .kernels import winograd as forward_kernels
 from .kernels import winograd_bwd_weight as kernels
-from .launch import launch_all
 
 #: Candidate kernel (the ``kernel`` part of the id) and its configuration family.
 KERNEL = "winograd_f4x3_bwd_weight"
@@ -107,49 +106,34 @@ def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
     per_split, split = plan.pixel_ranges(t, config.block_k,
                                          configs.split_count(tab, problem, config, plan.INT32_ELEMENTS, FAMILY))
 
-    def launch(fn, grid, pointers, scalars, constexprs, num_warps, num_stages=1) -> plan.Launch:
-        return plan.Launch(fn, tuple(grid), tuple(pointers.items()), tuple(scalars.items()),
-                           tuple(constexprs.items()), num_warps, num_stages)
-
-    cdiv = plan._cdiv
+    make, cdiv = plan.make_launch, plan._cdiv
     sx = plan.strides_nchw(problem.input_shape, problem.layout)
     sdy = plan.strides_nchw(problem.output_shape, problem.layout)
     so = plan.strides_nchw(problem.weight_shape, problem.layout)
-    inp = launch(forward_kernels.winograd_input_transform, (cdiv(t, bt), cdiv(c, bc)), dict(x_ptr="a", v_ptr="v"),
-                 dict(C=c, H=g.h, W=g.w, TILES_H=th, TILES_W=tw, T=t, PAD_H=g.pad[0], PAD_W=g.pad[1],
-                      **plan._named("sx", sx)),
-                 dict(BLOCK_T=bt, BLOCK_C=bc, INTERPRET=interpret), warps)
-    dyt = launch(kernels.winograd_dy_transform, (cdiv(t, bt), cdiv(k, bc)), dict(dy_ptr="b", u_ptr="u"),
-                 dict(K=k, P=g.p, Q=g.q, TILES_H=th, TILES_W=tw, T=t, **plan._named("sdy", sdy)),
-                 dict(BLOCK_T=bt, BLOCK_K=bc, INTERPRET=interpret), warps)
-    gemm = launch(kernels.winograd_bwd_weight_gemm, (cdiv(k, config.block_m) * cdiv(c, config.block_n), POINTS2, split),
-                  dict(u_ptr="u", v_ptr="v", z_ptr="z"), dict(T=t, K=k, C=c, TILES_PER_SPLIT=per_split),
-                  dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                       GROUP_M=config.group_m, INTERPRET=interpret), config.num_warps, config.num_stages)
-    out = launch(kernels.winograd_bwd_weight_output, (cdiv(k, bt), cdiv(c, bc)), dict(z_ptr="z", dw_ptr="out"),
-                 dict(K=k, C=c, SPLITS=split, **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))),
-                 dict(BLOCK_K=bt, BLOCK_C=bc, INTERPRET=interpret), warps)
-    return plan.Plan(kernel, config, split, (inp, dyt, gemm, out), sum(workspace_parts(problem, split)))
+    inp = make(forward_kernels.winograd_input_transform, (cdiv(t, bt), cdiv(c, bc)), dict(x_ptr="a", v_ptr="v"),
+               dict(C=c, H=g.h, W=g.w, TILES_H=th, TILES_W=tw, T=t, PAD_H=g.pad[0], PAD_W=g.pad[1],
+                    **plan._named("sx", sx)),
+               dict(BLOCK_T=bt, BLOCK_C=bc, INTERPRET=interpret), warps)
+    dyt = make(kernels.winograd_dy_transform, (cdiv(t, bt), cdiv(k, bc)), dict(dy_ptr="b", u_ptr="u"),
+               dict(K=k, P=g.p, Q=g.q, TILES_H=th, TILES_W=tw, T=t, **plan._named("sdy", sdy)),
+               dict(BLOCK_T=bt, BLOCK_K=bc, INTERPRET=interpret), warps)
+    gemm = make(kernels.winograd_bwd_weight_gemm, (cdiv(k, config.block_m) * cdiv(c, config.block_n), POINTS2, split),
+                dict(u_ptr="u", v_ptr="v", z_ptr="z"), dict(T=t, K=k, C=c, TILES_PER_SPLIT=per_split),
+                dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                     GROUP_M=config.group_m, INTERPRET=interpret), config.num_warps, config.num_stages)
+    out = make(kernels.winograd_bwd_weight_output, (cdiv(k, bt), cdiv(c, bc)), dict(z_ptr="z", dw_ptr="out"),
+               dict(K=k, C=c, SPLITS=split, **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))),
+               dict(BLOCK_K=bt, BLOCK_C=bc, INTERPRET=interpret), warps)
+    v_words, u_words, z_words = workspace_parts(problem, split)
+    views, words = plan.workspace_layout(("v", v_words, problem.dtype), ("u", u_words, problem.dtype),
+                                         ("z", z_words, "float32"))
+    return plan.Plan(kernel, config, split, (inp, dyt, gemm, out), words, workspace_views=views)
 
 
-# ---- running --------------------------------------------------------------------------------------------
+#: The plugin's shared run (:func:`conv_rdna.launch.run`): ``x`` and ``dy`` in the problem's layout, ``V``,
+#: ``U`` and ``Z`` bound as the plan's workspace views.
+run = launch.run
 
-
-def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
-        out: torch.Tensor | None = None) -> torch.Tensor:
-    """``dw`` of ``problem`` from ``x = a`` and ``dy = b``, into ``out`` or a new tensor."""
-    layout = problem.layout
-    if out is not None and not is_dense_in(out, layout):
-        out.copy_(run(problem, p, a, b))
-        return out
-    a, b = to_layout(a, layout), to_layout(b, layout)
-    result = problem.empty_result(a.device) if out is None else out
-    v_words, u_words, _ = workspace_parts(problem, p.split)
-    workspace = torch.empty(p.workspace_elements, dtype=torch.float32, device=a.device)
-    tensors = {"a": a, "b": b, "out": result, "v": workspace[:v_words].view(a.dtype),
-               "u": workspace[v_words:v_words + u_words].view(a.dtype), "z": workspace[v_words + u_words:]}
-    launch_all(p.launches, tensors, a.device)
-    return result
 
 
 # ---- the estimate -----------------------------------------------------------------------------------------
