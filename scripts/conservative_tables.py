@@ -15,8 +15,9 @@ Kernel ids the bench timed but the tables lack (a family added after the tune) a
 bench too, with its time: a new kernel then ranks on a measurement, never on its estimate alone.
 
 Kernels rewritten since the tables were measured (``--drop rdna:few_channels_in,rdna:...``: kernel-id prefixes)
-lose their entries first, so the bench's times of the new code replace the old code's instead of being
-combined with them; the next independent run makes them conservative.
+lose their entries on the problems the bench timed, so the bench's times of the new code replace the old code's
+instead of being combined with them (the next independent run makes them conservative); elsewhere they keep the
+old code's times.
 
 Kernels whose earlier times are known to be wrong (``--replace rdna:winograd_f4x3,...``: kernel-id prefixes)
 take the bench's time where it timed them, and keep their entries elsewhere: the multi-launch candidates, timed
@@ -82,12 +83,13 @@ def main(argv=None) -> int:
         replaced, args = tuple(f"{prefix}:" for prefix in args[1].split(",")), args[2:]
     tables, out, *benches = args
     again = bench_times(benches)
+    timed = {problem for problem, _ in again}
     if new:
         start_table(new, again, sorted(Path(tables).glob("*.json"))[0], Path(out))
     for path in sorted(Path(tables).glob("*.json")):
         entries = []
         for e in read_entries(path):
-            if drop and e.kernel.startswith(drop):
+            if drop and e.kernel.startswith(drop) and e.problem in timed:
                 continue
             other = again.get((e.problem, e.kernel))
             if e.status == "ok" and other is not None and replaced and e.kernel.startswith(replaced):

@@ -15,6 +15,7 @@ Layout of the JSON (see the file's ``_doc``)::
     archs.<arch>.split              the weight gradient's split rule
     archs.<arch>.depthwise_split    the same for the depthwise weight gradient (optional)
     archs.<arch>.few_channels_split the same for the few-channel weight gradients (optional)
+    archs.<arch>.winograd_split     the same for Winograd's weight gradient (optional)
     archs.<arch>.efficiency         fractions of the roofline rates, for the estimates
 
 A bucket's ``when`` may bound the family's GEMM view of the problem (:func:`gemm_view`):
@@ -216,6 +217,9 @@ class ArchTable:
     depthwise_split: SplitRule | None = None
     #: the few-channel weight gradients' split rule (one tile or a few hold every tap: many more splits)
     few_channels_split: SplitRule | None = None
+    #: Winograd's weight-gradient split rule (its 36 GEMMs reduce over tiles: the direct kernels' rule was
+    #: re-measured on the H100 after Winograd's had been, so each family keeps the rule it was timed with)
+    winograd_split: SplitRule | None = None
     #: families whose exact-layer configurations were timed on this architecture by the offline sweep
     measured_families: frozenset[str] = frozenset()
 
@@ -277,6 +281,7 @@ def table(name: str) -> ArchTable:
                      depthwise_split=SplitRule(**entry["depthwise_split"]) if "depthwise_split" in entry else None,
                      few_channels_split=SplitRule(**entry["few_channels_split"]) if "few_channels_split" in entry
                      else None,
+                     winograd_split=SplitRule(**entry["winograd_split"]) if "winograd_split" in entry else None,
                      measured_families=measured_families)
 
 
@@ -423,7 +428,8 @@ def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_
     (:func:`gemm_view`), so they have few tiles and take the table's ``few_channels_split`` rule, which
     allows many more splits, over the pixels they reduce (the input pixels for ``few_channels_out``).
     Winograd's weight gradient (``winograd_bwd_weight``) splits its 36 GEMMs' reduction over tiles by the
-    general rule; its partial results are 36 / 9 times the weight.
+    table's ``winograd_split`` rule (the general one where there is none); its partial results are 36 / 9 times
+    the weight.
     """
     numel = math.prod(problem.weight_shape)
     if family in FEW_CHANNELS_BWD_WEIGHT_FAMILIES:
@@ -431,7 +437,7 @@ def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_
         tiles = math.ceil(view["m"] / config.block_m) * math.ceil(view["n"] / config.block_n) * problem.groups
         pixels = view["red"]
     elif family == "winograd_bwd_weight":
-        rule, view = tab.split, gemm_view(problem, family)
+        rule, view = tab.winograd_split or tab.split, gemm_view(problem, family)
         tiles = WINOGRAD_POINTS * math.ceil(view["m"] / config.block_m) * math.ceil(view["n"] / config.block_n)
         pixels, numel = view["red"], WINOGRAD_POINTS * view["m"] * view["n"]
     else:

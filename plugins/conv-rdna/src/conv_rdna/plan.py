@@ -235,6 +235,23 @@ def _conv_scalars(g: Geometry) -> dict:
                 DIL_H=g.dil[0], DIL_W=g.dil[1])
 
 
+def divisor(d: int) -> tuple[int, int]:
+    """``(MAGIC, SHIFT)`` with which ``kernels.common.divide`` divides by ``d`` (``1 <= d < 2**31``): ``SHIFT =
+    ceil(log2 d)`` and ``MAGIC = floor(2**32 * (2**SHIFT - d) / d) + 1``, below 2**32, passed as the signed 32-bit
+    integer of the same bits so that every divisor gives the kernel the same argument types."""
+    shift = (d - 1).bit_length()
+    magic = (2**32 * (2**shift - d)) // d + 1
+    return (magic - 2**32 if magic >= 2**31 else magic), shift
+
+
+def _divisors(**divisors: int) -> dict:
+    """``{NAME_MAGIC, NAME_SHIFT}`` of :func:`divisor` for each ``NAME=d``: the kernels' pixel decoding."""
+    scalars = {}
+    for name, d in divisors.items():
+        scalars[f"{name}_MAGIC"], scalars[f"{name}_SHIFT"] = divisor(d)
+    return scalars
+
+
 def _named(prefix: str, strides) -> dict:
     return {f"{prefix}{axis}": v for axis, v in zip("nchw", strides)}
 
@@ -399,11 +416,11 @@ def _bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: Arch
     sx = strides_nchw(problem.input_shape, problem.layout)
     sdy = strides_nchw(problem.output_shape, problem.layout)
     so = strides_nchw(problem.weight_shape, problem.layout)  # the workspace slices are laid out like dw
-    scalars = {**_conv_scalars(g), "PIX_PER_SPLIT": per_split, **_named("sx", sx), **_named("sdy", sdy),
-               "so_split": numel if (target == "workspace" and not atomic) else 0,
+    scalars = {**_conv_scalars(g), "PIX_PER_SPLIT": per_split, **_divisors(P=g.p, Q=g.q), **_named("sx", sx),
+               **_named("sdy", sdy), "so_split": numel if (target == "workspace" and not atomic) else 0,
                **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
     grid = (_cdiv(g.cout, config.block_m) * _cdiv(g.cin, config.block_n) * g.r * g.s, g.groups, split)
-    constexprs = {"ATOMIC": atomic, **_tiles(config)}
+    constexprs = {"ATOMIC": atomic, "CHANNELS_LAST": problem.layout == "channels_last", **_tiles(config)}
     launches = [_launch(conv_bwd_weight_partial, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars,
                         constexprs, config)]
     if target == "workspace":  # sum the partials in split order (atomics: one buffer), cast to the result
@@ -534,12 +551,14 @@ def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: A
     target, workspace = ("out", 0) if split == 1 else ("workspace", split * numel)
     sdyn, sdyc, _, sdyw = strides_nchw(problem.output_shape, problem.layout)
     so = strides_nchw(problem.weight_shape, problem.layout)  # the workspace slices are laid out like dw
-    scalars = {**_conv_scalars(g), "BLOCKS_PER_SPLIT": per_split,
+    scalars = {**_conv_scalars(g), "BLOCKS_PER_SPLIT": per_split, "PQ": g.p * g.q, **_divisors(Q=g.q),
                **_named("sx", strides_nchw(problem.input_shape, problem.layout)),
                "sdyn": sdyn, "sdyc": sdyc, "sdyw": sdyw, "so_split": numel if workspace else 0,
                **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
     grid = (_cdiv(g.cout, config.block_m) * _cdiv(g.cin, config.block_n) * g.r * g.s, g.groups, split)
-    constexprs = {"FLAT": flat_pixels(g), **_tiles(config)}
+    inside = flat_pixels(g) and not any(lo or hi for lo, hi in problem.padding)  # every tap reads inside
+    pix_vec = math.gcd(8, g.p * g.q, *(scalars[name] for name in ("sxn", "sxc", "sdyn", "sdyc")))
+    constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside, "PIX_VEC": pix_vec, **_tiles(config)}
     launches = [_launch(conv_bwd_weight_cf, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars, constexprs,
                         config)]
     if workspace:

@@ -18,13 +18,16 @@ Tiling of the partial kernel: one program per ``[BLOCK_M output channels, BLOCK_
 tile of one tap; ``program_id(0)`` enumerates ``(tap, input-channel tile, output-channel tile)``
 (output-channel tiles fastest, so neighbouring programs gather the same input tile), ``program_id(1)``
 the group. Each ``BLOCK_K`` step decodes its pixels ``(n, p, q)`` and gathers ``dy[BLOCK_M, BLOCK_K]``
-and ``x[BLOCK_K, BLOCK_N]`` (zero in the padding).
+and ``x[BLOCK_K, BLOCK_N]`` (zero in the padding). In channels-last the loads run along the channels and
+the pixels are decoded with the host's magic numbers (:func:`~.common.divide`, a tenth of the instructions of
+a division); in channels-first they run along the pixels and ``//`` and ``%`` stay, because the compiler
+reads from them that ``q`` runs in steps of one where ``Q`` is a multiple of 16, and vectorises the loads.
 """
 
 import triton
 import triton.language as tl
 
-from .common import cast_for_store, mma, weight_grad_tile
+from .common import cast_for_store, mma, pixel_coords, weight_grad_tile
 
 
 @triton.jit
@@ -32,15 +35,16 @@ def conv_bwd_weight_partial(
     x_ptr, dy_ptr, out_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, PIX_PER_SPLIT,
+    P_MAGIC, P_SHIFT, Q_MAGIC, Q_SHIFT,
     sxn, sxc, sxh, sxw, sdyn, sdyc, sdyh, sdyw,
     so_split, so_k, so_c, so_r, so_s,
-    ATOMIC: tl.constexpr,
+    ATOMIC: tl.constexpr, CHANNELS_LAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     g = tl.program_id(1)
     split = tl.program_id(2)
-    r, s, offs_m, m_ok, offs_n, n_ok = weight_grad_tile(K_G, C_G, S, BLOCK_M, BLOCK_N)  # channels of the group
+    r, s, offs_m, m_ok, offs_n, n_ok = weight_grad_tile(K_G, C_G, R, S, BLOCK_M, BLOCK_N)  # channels of the group
     offs_k = tl.arange(0, BLOCK_K)
 
     dy_rows = dy_ptr + (g * K_G + offs_m) * sdyc  # [BLOCK_M]
@@ -51,9 +55,12 @@ def conv_bwd_weight_partial(
     for j0 in range(split * PIX_PER_SPLIT, pix_end, BLOCK_K):
         j = j0 + offs_k  # output pixels (n, p, q) of this step
         j_ok = j < pix_end
-        q = j % Q
-        p = (j // Q) % P
-        n = j // (Q * P)
+        if CHANNELS_LAST:
+            n, p, q = pixel_coords(j, P, Q, P_MAGIC, P_SHIFT, Q_MAGIC, Q_SHIFT)
+        else:
+            q = j % Q
+            p = (j // Q) % P
+            n = j // (Q * P)
         h = p * STRIDE_H - PAD_H + r * DIL_H
         w = q * STRIDE_W - PAD_W + s * DIL_W
         x_ok = j_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)

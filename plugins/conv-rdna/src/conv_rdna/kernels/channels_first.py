@@ -30,7 +30,7 @@ tile into its own workspace slice; ``bwd_weight.reduce_splits`` sums the slices 
 import triton
 import triton.language as tl
 
-from .common import add_bias_and_activate, cast_for_store, mma, swizzle, weight_grad_tile
+from .common import add_bias_and_activate, cast_for_store, divide, mma, swizzle, weight_grad_tile
 
 
 @triton.jit
@@ -97,20 +97,36 @@ def conv_fwd_cf(
 
 
 @triton.jit
-def _bwd_weight_step(blk, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W, P, Q,
-                     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn, sdyw, valid,
-                     FLAT: tl.constexpr, BLOCK_K: tl.constexpr):
+def _bwd_weight_step(blk, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W, PQ, Q,
+                     Q_MAGIC, Q_SHIFT, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn, sdyw,
+                     valid, FLAT: tl.constexpr, INSIDE: tl.constexpr, PIX_VEC: tl.constexpr, BLOCK_K: tl.constexpr):
     """The ``[output channels, pixels]`` tile of ``dy`` and the ``[pixels, input channels]`` tile of ``x``
-    (at tap ``(r, s)``) of pixel block ``blk``; all zeros where ``valid`` is false."""
+    (at tap ``(r, s)``) of pixel block ``blk``; all zeros where ``valid`` is false.
+
+    The masks decide whether the loads vectorise: the compiler must see them constant over runs of
+    ``PIX_VEC`` consecutive pixels, so the image's pixel count ``PQ`` comes from the host (a multiple of
+    ``PIX_VEC``), and ``INSIDE`` layers (``FLAT`` without padding) skip the tap's bounds, which every tap of
+    theirs meets."""
     n = blk // blocks_per_image
     j = (blk % blocks_per_image) * BLOCK_K + tl.arange(0, BLOCK_K)  # output pixels p*Q + q of image n
-    j_ok = (j < P * Q) & valid
-    h = (j // Q) * STRIDE_H - PAD_H + r * DIL_H
-    w = (j % Q) * STRIDE_W - PAD_W + s * DIL_W
-    x_ok = j_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
-    pix = j * sxw + tap_shift if FLAT else h * sxh + w * sxw
-    a = tl.load(dy_rows[:, None] + n * sdyn + (j * sdyw)[None, :], mask=m_ok[:, None] & j_ok[None, :], other=0.0)
-    b = tl.load(x_cols[None, :] + n * sxn + pix[:, None], mask=x_ok[:, None] & n_ok[None, :], other=0.0)
+    j_ok = (j < PQ) & valid
+    dy_image = n * sdyn
+    x_image = n * sxn
+    if PIX_VEC > 1:  # hints on the values computed here (a hint on a function's argument is lost)
+        j_ok = tl.max_constancy(j_ok, PIX_VEC)
+        dy_image = tl.multiple_of(dy_image, PIX_VEC)
+        x_image = tl.multiple_of(x_image, PIX_VEC)
+    if INSIDE:
+        x_ok = j_ok
+        pix = j * sxw + tap_shift
+    else:
+        p = divide(j, Q_MAGIC, Q_SHIFT)
+        h = p * STRIDE_H - PAD_H + r * DIL_H
+        w = (j - p * Q) * STRIDE_W - PAD_W + s * DIL_W
+        x_ok = j_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+        pix = j * sxw + tap_shift if FLAT else h * sxh + w * sxw
+    a = tl.load(dy_rows[:, None] + dy_image + (j * sdyw)[None, :], mask=m_ok[:, None] & j_ok[None, :], other=0.0)
+    b = tl.load(x_cols[None, :] + x_image + pix[:, None], mask=x_ok[:, None] & n_ok[None, :], other=0.0)
     return a, b
 
 
@@ -118,32 +134,37 @@ def _bwd_weight_step(blk, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_p
 def conv_bwd_weight_cf(
     x_ptr, dy_ptr, out_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
-    STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, BLOCKS_PER_SPLIT,
+    STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, BLOCKS_PER_SPLIT, PQ, Q_MAGIC, Q_SHIFT,
     sxn, sxc, sxh, sxw, sdyn, sdyc, sdyw,
     so_split, so_k, so_c, so_r, so_s,
-    FLAT: tl.constexpr,
+    FLAT: tl.constexpr, INSIDE: tl.constexpr, PIX_VEC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     g = tl.program_id(1)
     split = tl.program_id(2)
-    r, s, offs_m, m_ok, offs_n, n_ok = weight_grad_tile(K_G, C_G, S, BLOCK_M, BLOCK_N)  # channels of the group
+    r, s, offs_m, m_ok, offs_n, n_ok = weight_grad_tile(K_G, C_G, R, S, BLOCK_M, BLOCK_N)  # channels of the group
 
-    dy_rows = dy_ptr + (g * K_G + offs_m) * sdyc  # [BLOCK_M]
-    x_cols = x_ptr + (g * C_G + offs_n) * sxc  # [BLOCK_N]
+    dy_rows = (g * K_G + offs_m) * sdyc  # [BLOCK_M]
+    x_cols = (g * C_G + offs_n) * sxc  # [BLOCK_N]
+    if PIX_VEC > 1:  # the host's word: every image and channel starts on a PIX_VEC-element boundary
+        dy_rows = tl.multiple_of(dy_rows, PIX_VEC)
+        x_cols = tl.multiple_of(x_cols, PIX_VEC)
+    dy_rows = dy_ptr + dy_rows
+    x_cols = x_ptr + x_cols
     tap_shift = (r * DIL_H - PAD_H) * sxh + (s * DIL_W - PAD_W) * sxw
 
-    blocks_per_image = tl.cdiv(P * Q, BLOCK_K)
+    blocks_per_image = tl.cdiv(PQ, BLOCK_K)
     first = split * BLOCKS_PER_SPLIT
     end = tl.minimum(first + BLOCKS_PER_SPLIT, BATCH * blocks_per_image)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    a, b = _bwd_weight_step(first, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W, P, Q,
-                            STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn, sdyw, first < end,
-                            FLAT, BLOCK_K)
+    a, b = _bwd_weight_step(first, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W, PQ, Q,
+                            Q_MAGIC, Q_SHIFT, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn,
+                            sdyw, first < end, FLAT, INSIDE, PIX_VEC, BLOCK_K)
     for blk in range(first, end):
         a_next, b_next = _bwd_weight_step(blk + 1, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W,
-                                          P, Q, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn,
-                                          sdyw, blk + 1 < end, FLAT, BLOCK_K)
+                                          PQ, Q, Q_MAGIC, Q_SHIFT, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
+                                          sxn, sxh, sxw, sdyn, sdyw, blk + 1 < end, FLAT, INSIDE, PIX_VEC, BLOCK_K)
         acc = mma(a, b, acc, INTERPRET)
         a, b = a_next, b_next
 

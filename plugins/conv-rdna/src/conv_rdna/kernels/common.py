@@ -61,14 +61,18 @@ def add_bias_and_activate(acc, bias_ptr, offs_n, n_ok, HAS_BIAS: tl.constexpr, A
 
 
 @triton.jit
-def weight_grad_tile(K_G, C_G, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def weight_grad_tile(K_G, C_G, R, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The ``[output channels, input channels]`` tile of one tap that a weight-gradient program computes:
     ``program_id(0)`` enumerates (tap, input-channel tile, output-channel tile), output-channel tiles fastest,
-    so that neighbouring programs gather the same input tile. Returns ``(r, s, offs_m, m_ok, offs_n, n_ok)``."""
+    so that neighbouring programs gather the same input tile. Returns ``(r, s, offs_m, m_ok, offs_n, n_ok)``.
+
+    The tap is reduced modulo ``R*S`` (a no-op on the grid's programs) so that a 1x1 filter, whose ``R`` and
+    ``S`` Triton specializes to the constant 1, has the constant tap 0: the compiler then sees the input
+    tile's addresses unshifted and aligned, and vectorises its loads."""
     m_tiles = tl.cdiv(K_G, BLOCK_M)
     n_tiles = tl.cdiv(C_G, BLOCK_N)
     pid = tl.program_id(0)
-    tap = pid // (m_tiles * n_tiles)
+    tap = (pid // (m_tiles * n_tiles)) % (R * S)
     offs_m = (pid % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = ((pid // m_tiles) % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
     return tap // S, tap % S, offs_m, offs_m < K_G, offs_n, offs_n < C_G
@@ -83,3 +87,28 @@ def swizzle(pid, num_m, num_n, GROUP_M: tl.constexpr):
     pid_m = first_m + (pid % width) % rows
     pid_n = (pid % width) // rows
     return pid_m, pid_n
+
+
+
+@triton.jit
+def divide(j, MAGIC, SHIFT):
+    """``j // d`` for ``0 <= j < 2**31``, given ``(MAGIC, SHIFT)`` = :func:`conv_rdna.plan.divisor` ``(d)``.
+
+    The weight gradient reduces over pixels, so its loops decode ``BLOCK_K`` flat pixel indices per step. A
+    division by a run-time ``Q`` costs tens of instructions per element, and two of them per step kept the
+    tensor cores idle half the time on the H100 (the rdna-9 benchmark page). With ``m = 2**32 + MAGIC =
+    floor(2**(32 + SHIFT) / d) + 1``, ``j // d = (j * m) >> (32 + SHIFT)`` for every 32-bit ``j`` (Granlund and
+    Montgomery, 1994), which is ``(umulhi(j, MAGIC) + j) >> SHIFT``: the sum cannot overflow for ``j < 2**31``.
+    ``MAGIC`` arrives as a signed 32-bit integer and is reinterpreted.
+    """
+    ju = j.to(tl.uint32, bitcast=True)
+    high = tl.umulhi(ju, tl.cast(MAGIC, tl.uint32, bitcast=True))
+    return ((high + ju) >> SHIFT).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def pixel_coords(j, P, Q, P_MAGIC, P_SHIFT, Q_MAGIC, Q_SHIFT):
+    """``(n, p, q)`` of flat pixel indices ``j = (n*P + p)*Q + q`` (below 2**31), by :func:`divide`."""
+    t = divide(j, Q_MAGIC, Q_SHIFT)
+    n = divide(t, P_MAGIC, P_SHIFT)
+    return n, t - n * P, j - t * Q
