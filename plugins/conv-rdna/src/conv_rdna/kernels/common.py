@@ -89,7 +89,6 @@ def swizzle(pid, num_m, num_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-
 @triton.jit
 def divide(j, MAGIC, SHIFT):
     """``j // d`` for ``0 <= j < 2**31``, given ``(MAGIC, SHIFT)`` = :func:`conv_rdna.plan.divisor` ``(d)``.
