@@ -13,6 +13,7 @@ Usage (device machine): python3 scripts/bwd_weight_split_probe.py OUT.json
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -79,7 +80,7 @@ def probe_layer(name: str, problem, device: torch.device) -> dict:
             cand = candidates.candidate(problem, kernel, config, forced(tab, split), device)
             got = cand.run(*operands).float()
             err = ((got - expected).abs().max() / expected.abs().max()).item()
-            us = timing.median_us(lambda: cand.run(*operands), device, reps=REPS)
+            us = timing.median_us(functools.partial(cand.run, *operands), device, reps=REPS)
             row["times"][f"{config.name}x{p.split}"] = us
             if err > 2e-2:
                 row.setdefault("suspect", {})[f"{config.name}x{p.split}"] = err
@@ -89,7 +90,7 @@ def probe_layer(name: str, problem, device: torch.device) -> dict:
         config_name, split = label.rsplit("x", 1)
         config = next(c for c in configs_to_try if c.name == config_name)
         cand = candidates.candidate(problem, kernel, config, forced(tab, int(split)), device)
-        row.setdefault("kernels", {})[label] = kernel_times(lambda: cand.run(*operands), device)
+        row.setdefault("kernels", {})[label] = kernel_times(functools.partial(cand.run, *operands), device)
     return row
 
 
