@@ -24,14 +24,23 @@ GEOMETRIES = {  # name -> (fields, FLAT)
                                padding=1, bias=True, activation="gelu"), True),
     "1x1-relu": (dict(in_channels=17, out_channels=5, input_size=(6, 6), filter_size=1, bias=True,
                       activation="relu"), True),
+    "1x1-partial-tiles": (dict(batch=3, in_channels=20, out_channels=6, input_size=(5, 8), filter_size=1), True),
+    "valid-3x1": (dict(in_channels=6, out_channels=5, input_size=(7, 8), filter_size=(3, 1)), True),
     "asym-h-dil2-g2": (dict(in_channels=6, out_channels=36, groups=2, input_size=(7, 9), filter_size=3, dilation=2,
                             padding=((0, 3), (2, 2))), True),
     "s2-asym": (dict(in_channels=5, out_channels=3, input_size=(9, 8), filter_size=3, stride=2,
                      padding=((1, 0), (0, 2))), False),
+    "s2-g2": (dict(in_channels=8, out_channels=6, groups=2, input_size=(8, 10), filter_size=3, stride=2, padding=1),
+              False),
     "valid-rows-shrink": (dict(in_channels=3, out_channels=4, input_size=(6, 9), filter_size=(2, 3)), False),
     "conv1d": (dict(batch=3, in_channels=5, out_channels=6, input_size=(37,), filter_size=5, padding=2,
                     bias=True, activation="silu"), True),
 }
+
+
+#: Forward geometries whose every tap reads inside the image (``INSIDE``), and their ``PIX_VEC`` where it is
+#: above 1: pixel counts 36 and 40 with channel and image strides their multiples.
+INSIDE = {"1x1-relu": 4, "1x1-partial-tiles": 8, "valid-3x1": 8}
 
 
 def problem(name: str, direction: str, dtype: str = "float16") -> ConvProblem:
@@ -45,12 +54,21 @@ def problem(name: str, direction: str, dtype: str = "float16") -> ConvProblem:
 @pytest.mark.parametrize("name", GEOMETRIES)
 def test_forward(name, dtype):
     p, _, _ = check(problem(name, "fwd", dtype), "implicit_gemm_cf")
-    assert dict(p.launches[0].constexprs)["FLAT"] is GEOMETRIES[name][1]
+    constexprs = dict(p.launches[0].constexprs)
+    assert constexprs["FLAT"] is GEOMETRIES[name][1]
+    assert constexprs["INSIDE"] is (name in INSIDE)
+    if name in INSIDE:
+        assert constexprs["PIX_VEC"] == INSIDE[name]
 
 
-@pytest.mark.parametrize("name", [n for n in GEOMETRIES if plan.Geometry.of(problem(n, "fwd")).stride == (1, 1)])
-def test_data_gradient_runs_as_a_forward_convolution_of_dy(name):
-    check(problem(name, "bwd_data"), "bwd_data_cf")
+@pytest.mark.parametrize("name", GEOMETRIES)
+def test_data_gradient_runs_as_forward_convolutions_of_dy(name):
+    """One launch per stride phase of ``dx``, each writing its pixels (a NaN left anywhere fails)."""
+    prob = problem(name, "bwd_data")
+    p, _, _ = check(prob, "bwd_data_cf")
+    g = plan.Geometry.of(prob)
+    assert len(p.launches) == len(plan.bwd_data_phases(g)) == min(g.stride[0], g.h) * min(g.stride[1], g.w)
+    assert [dict(launch.constexprs)["DENSE_Y"] for launch in p.launches] == [g.stride == (1, 1)] * len(p.launches)
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
@@ -82,7 +100,8 @@ def test_weight_gradient(name, splits):
     prob = problem(name, "bwd_weight")
     p, operands, out = check(prob, "bwd_weight_cf", tab=table(splits))
     blocks = prob.batch * math.ceil(math.prod(prob.output_size) / SMALL.block_k)
-    assert p.split == min(splits, blocks)
+    per_split = math.ceil(blocks / min(splits, blocks))  # equal ranges of whole blocks: maybe fewer splits
+    assert p.split == math.ceil(blocks / per_split)
     again = launch.run(prob, p, *operands)
     assert torch.equal(again, out), "the split reduction must be deterministic"
 
@@ -91,14 +110,16 @@ def test_weight_gradient_float32():
     check(problem("asym-h-dil2-g2", "bwd_weight", "float32"), "bwd_weight_cf", tab=table(2))
 
 
-def test_offered_for_channels_first_only_and_stride_one_data_gradients():
+def test_offered_for_channels_first_only_and_data_gradients_with_phases():
     def kernels(p):
         return candidates.kernels_for(p)
 
     assert "implicit_gemm_cf" in kernels(problem("s2-asym", "fwd"))
     assert "bwd_weight_cf" in kernels(problem("s2-asym", "bwd_weight"))
-    assert "bwd_data_cf" not in kernels(problem("s2-asym", "bwd_data"))
+    assert "bwd_data_cf" in kernels(problem("s2-asym", "bwd_data"))
     assert "bwd_data_cf" in kernels(problem("same3x3-bias-gelu", "bwd_data"))
+    one_tap_s2 = fwd(layout="channels_first", in_channels=4, out_channels=4, input_size=(6, 6), filter_size=1, stride=2)
+    assert "bwd_data_cf" not in kernels(one_tap_s2.with_direction("bwd_data"))  # phases without taps: zeros
     last = problem("same3x3-bias-gelu", "fwd").replace(layout="channels_last")
     for direction in ("fwd", "bwd_data", "bwd_weight"):
         assert not set(kernels(last.with_direction(direction))) & set(plan.CHANNELS_FIRST_KERNELS.values())

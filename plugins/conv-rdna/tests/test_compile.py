@@ -48,6 +48,31 @@ def test_other_rdna_architectures_share_a_compiled_table():
         assert configs.table(arch).source == base
 
 
+def test_channels_first_pixels_are_checked_for_vectors_on_every_target():
+    """problems_of's vector check (aot.PIXEL_VECTOR_SHAPE) has a job for each kernel it covers on each target."""
+    checked = {(job.target, job.kernel) for job in JOBS if job.shape == aot.PIXEL_VECTOR_SHAPE and job.launch == 0}
+    assert checked == {(target, kernel) for target in aot.TARGETS for kernel in aot.PIXEL_VECTOR_KERNELS}
+
+
+@pytest.mark.parametrize("backend, access, instruction, narrow", [
+    ("cuda", "load", "ld.global.b16 {%rs1}, [%rd2];", True),
+    ("cuda", "load", "ld.global.nc.L1::evict_last.u16 %rs3, [%rd4];", True),
+    ("cuda", "load", "ld.global.v2.b32 {%r1, %r2}, [%rd2];", False),
+    ("cuda", "load", "ld.global.v4.b16 {%rs1, %rs2, %rs3, %rs4}, [%rd2];", False),
+    ("cuda", "store", "st.global.b16 [%rd1], %rs2;", True),
+    ("cuda", "store", "st.global.v4.b32 [%rd1], {%r1, %r2, %r3, %r4};", False),
+    ("hip", "load", "global_load_u16 v1, v[2:3], off", True),
+    ("hip", "load", "global_load_d16_hi_b16 v1, v[2:3], off", True),
+    ("hip", "load", "global_load_b64 v[1:2], v[2:3], off", False),
+    ("hip", "store", "global_store_b16 v[2:3], v1, off", True),
+    ("hip", "store", "global_store_b128 v[2:3], v[4:7], off", False),
+])
+def test_narrow_access_patterns(backend, access, instruction, narrow):
+    import re
+
+    assert bool(re.search(aot.NARROW_PATTERNS[backend][access], instruction)) is narrow
+
+
 def test_matrix_instruction_names(compiled):
     """RDNA 16-bit kernels use WMMA; Hopper ones wgmma (warp-group MMA)."""
     for result in compiled.values():

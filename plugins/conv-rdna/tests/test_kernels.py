@@ -85,13 +85,15 @@ def test_implicit_gemm_with_the_tables_configuration():
 # ---- 1x1 as a GEMM ------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("size, pix_vec", [((5, 7), 1), ((3, 4), 4)])  # channels-first pixel vectors
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
-def test_gemm1x1(direction, layout):
-    problem = fwd(batch=3, in_channels=36, out_channels=10, groups=2, input_size=(5, 7), filter_size=1,
+def test_gemm1x1(direction, layout, size, pix_vec):
+    problem = fwd(batch=3, in_channels=36, out_channels=10, groups=2, input_size=size, filter_size=1,
                   bias=direction == "fwd", activation="silu" if direction == "fwd" else None, dtype="float16",
                   layout=layout).with_direction(direction)
-    check(problem, "gemm1x1")
+    p, _, _ = check(problem, "gemm1x1")
+    assert dict(p.launches[0].constexprs)["PIX_VEC"] == (pix_vec if layout == "channels_first" else 1)
 
 
 def test_gemm1x1_conv1d_float32():

@@ -41,6 +41,19 @@ TARGETS = {
 
 #: Matrix instructions that count as "uses the matrix units", per Triton backend.
 MATRIX_PATTERNS = {"hip": r"\bv_wmma_\w+", "cuda": r"\bwgmma\.mma_async[\w.]*|\bmma\.sync[\w.]*"}
+#: Global loads and stores of one 8- or 16-bit element, per Triton backend (``"load"``, ``"store"``).
+NARROW_PATTERNS = {
+    "hip": {"load": r"\b(?:global|buffer)_load_(?:u16|d16\w*|ushort|short|sshort|u8|i8|ubyte|sbyte|b16|b8)\b",
+            "store": r"\b(?:global|buffer)_store_(?:b16|b8|short|byte|d16\w*)\b"},
+    "cuda": {"load": r"\bld\.global(?:\.(?!v\d)[\w:]+)*\.[bsu](?:8|16)\b",
+             "store": r"\bst\.global(?:\.(?!v\d)[\w:]+)*\.[bsu](?:8|16)\b"},
+}
+#: The edge shape on which the kernels that tile channels-first pixels must move them in vectors: a ResNet
+#: 1x1 layer on 14 x 14 maps, 196 pixels an image (``PIX_VEC`` 4: a multiple of 4 but not of 16, so the
+#: compiler cannot see it unaided), and which accesses must be vectors there, per backend (the AMD backend
+#: stores the matrix accumulator element by element in any layout).
+PIXEL_VECTOR_SHAPE = "1x1-14x14"
+PIXEL_VECTOR_ACCESSES = {"hip": ("load",), "cuda": ("load", "store")}
 
 
 #: Forward geometries the jobs compile on. ``mid``: every configuration, every dtype and layout. The
@@ -54,6 +67,9 @@ SHAPES = {
     "conv1d-wide": dict(batch=4, in_channels=256, out_channels=256, input_size=(64,), filter_size=3, padding=1),
     "unit": dict(batch=1, in_channels=1, out_channels=1, input_size=(1, 30), filter_size=(1, 3)),
     "1x1-s2": dict(batch=2, in_channels=8, out_channels=8, input_size=(15, 15), filter_size=1, stride=2),
+    PIXEL_VECTOR_SHAPE: dict(batch=2, in_channels=64, out_channels=64, input_size=(14, 14), filter_size=1),
+    # The channels-first kernels at stride 2: per-pixel addressing, and the data gradient's four phases.
+    "3x3-s2": dict(batch=2, in_channels=64, out_channels=64, input_size=(28, 28), filter_size=3, stride=2, padding=1),
     # Depthwise geometries (groups = in_channels), for the depthwise kernels only: a ConvNeXt block, a
     # MobileNet 5x5 stride-2 layer (their weight-gradient buckets differ by filter size), multiplier 2.
     "dw7x7": dict(batch=4, in_channels=96, out_channels=96, input_size=(28, 28), filter_size=7, padding=3),
@@ -74,11 +90,19 @@ DEPTHWISE_SHAPES = ("mid", "dw5x5-s2", "dw7x7")
 #: (dtype, layout) of the edge shapes.
 EDGE_SHAPES = {"conv1d": ("float16", "channels_last"), "conv1d-wide": ("bfloat16", "channels_first"),
                "unit": ("bfloat16", "channels_last"), "1x1-s2": ("float16", "channels_first"),
-               "dw-mult2": ("bfloat16", "channels_last"), "wino-b1": ("bfloat16", "channels_last")}
+               "dw-mult2": ("bfloat16", "channels_last"), "wino-b1": ("bfloat16", "channels_last"),
+               PIXEL_VECTOR_SHAPE: ("bfloat16", "channels_first"), "3x3-s2": ("bfloat16", "channels_first")}
+#: The kernels whose tile rows are channels-first pixels (``PIX_VEC``).
+PIXEL_VECTOR_KERNELS = ("gemm1x1", *plan.CHANNELS_FIRST_KERNELS.values())
+#: Edge shapes compiled for some kernels only.
+SHAPE_KERNELS = {PIXEL_VECTOR_SHAPE: PIXEL_VECTOR_KERNELS, "3x3-s2": tuple(plan.CHANNELS_FIRST_KERNELS.values())}
 
 #: Kernels whose plans run several kernels around one matrix multiply: the name of each launch (in job
 #: ids) and the index of the matrix multiply (the launch that must use the matrix units).
 LAUNCH_NAMES = {winograd.KERNEL: winograd.LAUNCHES, winograd_bwd_weight.KERNEL: winograd_bwd_weight.LAUNCHES}
+#: Kernels whose launches after the first are more of their matrix multiply, not the split reduction: what
+#: each of them is (job ids, numbered).
+LATER_LAUNCHES = {"bwd_data_cf": "phase"}
 MATRIX_LAUNCH = {winograd.KERNEL: winograd.GEMM_LAUNCH, winograd_bwd_weight.KERNEL: winograd_bwd_weight.GEMM_LAUNCH}
 
 
@@ -96,7 +120,8 @@ class Job:
 
     @property
     def id(self) -> str:
-        what = self.kernel if self.launch == 0 else f"{self.kernel}.reduce"
+        what = self.kernel if self.launch == 0 else f"{self.kernel}.{LATER_LAUNCHES.get(self.kernel, 'reduce')}"
+        what += str(self.launch) if self.kernel in LATER_LAUNCHES and self.launch else ""
         if self.kernel in LAUNCH_NAMES:
             what = f"{self.kernel}.{LAUNCH_NAMES[self.kernel][self.launch]}"
         shape = "" if self.shape == "mid" else f"-{self.shape}"
@@ -110,7 +135,8 @@ class Job:
         channels, so they are FMA stencils by design and no matrix instruction is expected."""
         if self.kernel in plan.DEPTHWISE_KERNELS:
             return False
-        return self.launch == MATRIX_LAUNCH.get(self.kernel, 0) and self.dtype != "float32"
+        matrix = self.kernel in LATER_LAUNCHES or self.launch == MATRIX_LAUNCH.get(self.kernel, 0)
+        return matrix and self.dtype != "float32"
 
 
 #: Kernels offered only for few channels per group (in every direction), and which channel count is few.
@@ -133,6 +159,8 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
         return None
     if shape.startswith("wino") and kernel not in LAUNCH_NAMES:
         return None
+    if kernel not in SHAPE_KERNELS.get(shape, (kernel,)):
+        return None
     fields = dict(SHAPES[shape], dtype=dtype, layout=layout, arch=arch)
     if depthwise:  # every geometry as a depthwise one
         fields["groups"] = fields["in_channels"]
@@ -148,11 +176,11 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     if kernel == winograd_bwd_weight.KERNEL:
         problem = problem.with_direction("bwd_weight")
         return problem if winograd_bwd_weight.applies(problem) else None
-    if kernel in FORWARD_KERNELS:
-        return problem.replace(bias=True, activation="gelu")
-    if kernel == "bwd_data_cf" and problem.stride != (1,) * problem.ndim:
-        return None
+    if kernel in FORWARD_KERNELS:  # without bias on the pixel-vector shape, whose check counts narrow loads
+        return problem.replace(bias=shape != PIXEL_VECTOR_SHAPE, activation="gelu")
     problem = problem.with_direction("bwd_data" if "bwd_data" in kernel else "bwd_weight")
+    if kernel == "bwd_data_cf" and not plan.bwd_data_phases(plan.Geometry.of(problem)):  # a 1x1 filter, stride 2
+        return None
     if kernel in FEW_CHANNELS and kernel not in plan.few_channels_kernels(problem):  # stride-2 data gradients
         return None
     return problem
@@ -270,7 +298,8 @@ def compile_launch(launch: plan.Launch, dtypes: dict[str, str], target: str):
     stats = _amd_stats(asm) if backend == "hip" else _ptxas_stats(log.getvalue())
     if backend == "cuda" and re.search(r"^\s*\.local\b", asm, re.MULTILINE):
         stats["scratch_bytes"] = max(stats["scratch_bytes"], 1)
-    stats.update(shared=compiled.metadata.shared, matrix=sorted(set(re.findall(MATRIX_PATTERNS[backend], asm))))
+    stats.update(shared=compiled.metadata.shared, matrix=sorted(set(re.findall(MATRIX_PATTERNS[backend], asm))),
+                 narrow={access: len(re.findall(pattern, asm)) for access, pattern in NARROW_PATTERNS[backend].items()})
     return compiled, stats
 
 
@@ -309,6 +338,11 @@ def problems_of(result: dict) -> list[str]:
     if result["shared"] > result["estimated_shared"] and result["job"]["launch"] == MATRIX_LAUNCH.get(
             result["job"]["kernel"], 0):
         issues.append(f"shared memory {result['shared']} > the tables' estimate {result['estimated_shared']}")
+    job = result["job"]
+    if job["shape"] == PIXEL_VECTOR_SHAPE and job["launch"] == 0:
+        for access in PIXEL_VECTOR_ACCESSES[TARGETS[job["target"]][0]]:
+            if result["narrow"][access]:
+                issues.append(f"{result['narrow'][access]} one-element global {access}s of channels-first pixels")
     return issues
 
 

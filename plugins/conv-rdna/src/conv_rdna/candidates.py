@@ -130,8 +130,10 @@ def _general_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
 
 def _channels_first_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
     """The channels-first kernel of the problem's direction, for channels-first problems (the data
-    gradient: stride 1 only, where it is a forward convolution of ``dy``)."""
-    if problem.layout != "channels_first" or (problem.direction == "bwd_data" and any(s != 1 for s in problem.stride)):
+    gradient: where its stride phases are forward convolutions of ``dy``, :func:`plan.bwd_data_phases`)."""
+    if problem.layout != "channels_first":
+        return ()
+    if problem.direction == "bwd_data" and not plan.bwd_data_phases(plan.Geometry.of(problem)):
         return ()
     return (plan.CHANNELS_FIRST_KERNELS[problem.direction],)
 

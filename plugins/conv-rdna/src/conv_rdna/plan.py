@@ -235,6 +235,13 @@ def _conv_scalars(g: Geometry) -> dict:
                 DIL_H=g.dil[0], DIL_W=g.dil[1])
 
 
+def pixel_vector(pixels: int, *strides: int) -> int:
+    """``PIX_VEC`` of the kernels whose tile rows are channels-first pixels: the largest power of two up to 8
+    elements (16 bytes of bf16) that divides an image's pixel count and the image and channel strides, so
+    that runs of that many pixels are contiguous, aligned and masked alike (``pixels``: the tile rows')."""
+    return math.gcd(8, pixels, *strides)
+
+
 def divisor(d: int) -> tuple[int, int]:
     """``(MAGIC, SHIFT)`` with which ``kernels.common.divide`` divides by ``d`` (``1 <= d < 2**31``): ``SHIFT =
     ceil(log2 d)`` and ``MAGIC = floor(2**32 * (2**SHIFT - d) / d) + 1``, below 2**32, passed as the signed 32-bit
@@ -319,7 +326,9 @@ def _gemm1x1(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTab
                    sw_red=sw_red, sw_out=sw_out, sw_group=g.cout * swk, syn=sy[0], syc=sy[1], syp=sy[3])
     grid = (_cdiv(g.batch * g.h * g.w, config.block_m) * _cdiv(c_out, config.block_n), g.groups)
     pointers = dict(a_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
-    constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
+    pixels_contiguous = sa[3] == 1 and sy[3] == 1  # channels first (or one channel)
+    pix_vec = pixel_vector(g.h * g.w, sa[0], sa[1], sy[0], sy[1]) if pixels_contiguous else 1
+    constexprs = {"PIX_VEC": pix_vec, **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
     return Plan(kernel, config, 1, (_launch(conv_gemm1x1, grid, pointers, scalars, constexprs, config),))
 
 
@@ -356,7 +365,7 @@ def _col2im_gemm(problem: ConvProblem, g: Geometry, config: TileConfig, n0: int,
                    syn=g.p * g.q * z_cols, syc=1, syp=z_cols)
     grid = (_cdiv(images * g.p * g.q, config.block_m) * _cdiv(cols, config.block_n), g.groups)
     pointers = dict(a_ptr="a", w_ptr="b", bias_ptr="workspace", y_ptr="workspace")
-    constexprs = dict(HAS_BIAS=False, ACTIVATION="", **_tiles(config), GROUP_M=config.group_m)
+    constexprs = dict(PIX_VEC=1, HAS_BIAS=False, ACTIVATION="", **_tiles(config), GROUP_M=config.group_m)
     return _launch(conv_gemm1x1, grid, pointers, scalars, constexprs, config)
 
 
@@ -444,6 +453,13 @@ def flat_pixels(g: Geometry) -> bool:
     return g.stride == (1, 1) and g.q == g.w
 
 
+def inside_pixels(g: Geometry) -> bool:
+    """Whether every tap of every output pixel reads inside the image (no padding on either side), with
+    :func:`flat_pixels` addressing: the channels-first kernels' ``INSIDE``, which drops the tap bounds."""
+    reach_h, reach_w = g.p + g.dil[0] * (g.r - 1), g.q + g.dil[1] * (g.s - 1)
+    return flat_pixels(g) and g.pad == (0, 0) and reach_h <= g.h and reach_w <= g.w
+
+
 #: Repacked weights (:attr:`Plan.weight_form`): ``[R, S, reduced channels per group, produced channels]``,
 #: the produced channels contiguous. ``"taps_outer"`` is the forward's (reduced: input channels); for the
 #: data gradient as a forward convolution of ``dy``, ``"taps_outer_flipped"`` transposes the channels and
@@ -451,38 +467,49 @@ def flat_pixels(g: Geometry) -> bool:
 WEIGHT_FORMS = ("taps_outer", "taps_outer_flipped")
 
 
-def packed_weight(g: Geometry) -> dict:
-    """The weight as ``conv_fwd_cf`` reads a :data:`WEIGHT_FORMS` copy of it for the forward convolution
-    ``g`` (the problem's, or its data gradient's on ``dy``)."""
-    produced = g.cout * g.groups
-    sws = g.cin * produced
-    return dict(W_OFF=0, swg=g.cout, swo=1, swi=produced, swr=g.s * sws, sws=sws)
+def packed_weight(problem: ConvProblem, phase: Phase | None = None) -> dict:
+    """The weight as ``conv_fwd_cf`` reads a :data:`WEIGHT_FORMS` copy of it: the forward's, or (``phase``)
+    the flipped copy for that stride phase of the data gradient (:func:`bwd_data_phases`). The phase's tap
+    ``t`` is the weight's ``r0 + stride*(taps-1-t)`` (:func:`flipped_weight`), which in the copy, whose taps
+    run backwards, is ``R-1-r0-stride*(taps-1) + stride*t``: an offset and positive strides."""
+    g = Geometry.of(problem)
+    produced, reduced = (g.cin, g.cout) if phase else (g.cout, g.cin)
+    sws = reduced * produced * g.groups
+    weight = dict(W_OFF=0, swg=produced, swo=1, swi=produced * g.groups, swr=g.s * sws, sws=sws)
+    if phase is None:
+        return weight
+    (sh, sw_), (r0, s0), f = g.stride, phase.tap0, phase.geometry
+    first = (g.r - 1 - r0 - sh * (f.r - 1)) * weight["swr"] + (g.s - 1 - s0 - sw_ * (f.s - 1)) * sws
+    return {**weight, "W_OFF": first, "swr": sh * weight["swr"], "sws": sw_ * sws}
 
 
-def _cf_forward_plan(problem: ConvProblem, kernel: str, config: TileConfig, g: Geometry, flipped: bool) -> Plan:
-    """``conv_fwd_cf`` over geometry ``g`` (operand ``a`` -> the result): the problem's forward convolution,
-    or (``flipped``) its data gradient's on ``dy``.
-
-    With more than one tap a step's weight tile, read from the weight as it is, would be a gather: its
-    reduced channels lie ``R*S`` elements apart and its produced ones further, a 32-byte sector for each
-    element. Those plans read a repacked copy (:data:`WEIGHT_FORMS`; cached per weight version), whose
-    tile rows are contiguous runs of produced channels."""
-    if g.r * g.s > 1:
-        form, weight = WEIGHT_FORMS[flipped], packed_weight(g)
-    else:
-        form, weight = "", flipped_weight(problem) if flipped else forward_weight(problem)
+def _cf_forward_launch(problem: ConvProblem, config: TileConfig, g: Geometry, weight: dict, first=(0, 0),
+                       step=(1, 1)) -> Launch:
+    """``conv_fwd_cf`` over geometry ``g`` (operand ``a`` -> the result): the problem's forward convolution, or
+    a stride phase of its data gradient on ``dy``, writing every ``step``-th pixel of the result from ``first``."""
     sx = strides_nchw(problem.operand_shapes[0], problem.layout)
-    syn, syc, _, syw = strides_nchw(problem.result_shape, problem.layout)
-    scalars = {**_conv_scalars(g), **_named("sx", sx), **weight, "syn": syn, "syc": syc, "syw": syw}
+    syn, syc, syh, syw = strides_nchw(problem.result_shape, problem.layout)
+    scalars = {**_conv_scalars(g), "PQ": g.p * g.q, **_named("sx", sx), **weight,
+               "Y_OFF": first[0] * syh + first[1] * syw, "syn": syn, "syc": syc, "syh": step[0] * syh,
+               "syw": step[1] * syw}
     grid = (g.batch * _cdiv(g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
-    constexprs = {"FLAT": flat_pixels(g), **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
-    return Plan(kernel, config, 1, (_launch(conv_fwd_cf, grid, pointers, scalars, constexprs, config),),
-                weight_form=form)
+    constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside_pixels(g),
+                  "PIX_VEC": pixel_vector(g.p * g.q, sx[0], sx[1], syn, syc), "DENSE_Y": step == (1, 1),
+                  **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
+    return _launch(conv_fwd_cf, grid, pointers, scalars, constexprs, config)
 
 
 def _implicit_gemm_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    return _cf_forward_plan(problem, kernel, config, Geometry.of(problem), flipped=False)
+    """With more than one tap a step's weight tile, read from the weight as it is, would be a gather: its
+    reduced channels lie ``R*S`` elements apart and its produced ones further, a 32-byte sector for each
+    element. Those plans read a repacked copy (:data:`WEIGHT_FORMS`; cached per weight version), whose
+    tile rows are contiguous runs of produced channels."""
+    g = Geometry.of(problem)
+    packed = g.r * g.s > 1
+    weight = packed_weight(problem) if packed else forward_weight(problem)
+    return Plan(kernel, config, 1, (_cf_forward_launch(problem, config, g, weight),),
+                weight_form=WEIGHT_FORMS[0] if packed else "")
 
 
 @dataclass(frozen=True)
@@ -540,7 +567,16 @@ def bwd_data_as_forward(g: Geometry) -> Geometry:
 
 
 def _bwd_data_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    return _cf_forward_plan(problem, kernel, config, bwd_data_as_forward(Geometry.of(problem)), flipped=True)
+    """One ``conv_fwd_cf`` launch per stride phase of ``dx`` (:func:`bwd_data_phases`: offered where it has
+    some), on the flipped copy of the weight where it has several taps (as :func:`_implicit_gemm_cf`)."""
+    g = Geometry.of(problem)
+    phases = bwd_data_phases(g)
+    assert phases, "the data gradient has no stride phases to run as forward convolutions"
+    packed = g.r * g.s > 1
+    launches = tuple(_cf_forward_launch(problem, config, phase.geometry,
+                                        packed_weight(problem, phase) if packed else flipped_weight(problem, phase),
+                                        phase.first, g.stride) for phase in phases)
+    return Plan(kernel, config, 1, launches, weight_form=WEIGHT_FORMS[1] if packed else "")
 
 
 def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
@@ -556,9 +592,8 @@ def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: A
                "sdyn": sdyn, "sdyc": sdyc, "sdyw": sdyw, "so_split": numel if workspace else 0,
                **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
     grid = (_cdiv(g.cout, config.block_m) * _cdiv(g.cin, config.block_n) * g.r * g.s, g.groups, split)
-    inside = flat_pixels(g) and not any(lo or hi for lo, hi in problem.padding)  # every tap reads inside
-    pix_vec = math.gcd(8, g.p * g.q, *(scalars[name] for name in ("sxn", "sxc", "sdyn", "sdyc")))
-    constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside, "PIX_VEC": pix_vec, **_tiles(config)}
+    pix_vec = pixel_vector(g.p * g.q, *(scalars[name] for name in ("sxn", "sxc", "sdyn", "sdyc")))
+    constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside_pixels(g), "PIX_VEC": pix_vec, **_tiles(config)}
     launches = [_launch(conv_bwd_weight_cf, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars, constexprs,
                         config)]
     if workspace:

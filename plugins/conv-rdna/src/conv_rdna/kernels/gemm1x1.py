@@ -13,6 +13,11 @@ which direction it computes.
 
 ``A_OFF`` (elements) moves ``ACT`` to a later image: :mod:`.col2im` runs its GEMM on chunks of the batch.
 
+In channels-first tensors a tile's pixels are contiguous within each image. ``PIX_VEC`` (host: the
+largest power of two up to 8 that divides ``HW`` and the image and channel strides; 1 in channels-last)
+tells the compiler so, along with the alignment of runs of that many pixels, which it cannot see through
+``// HW`` and ``% HW`` by itself unless ``HW`` divides by 16 (ResNet's 14 x 14 maps: 196 pixels, ``PIX_VEC`` 4).
+
 Tiling: one program per ``[BLOCK_M, BLOCK_N]`` tile of ``OUT`` (``GROUP_M`` row sweeps), group on
 ``program_id(1)``; the K loop walks ``BLOCK_K`` channels at a time with no index arithmetic beyond a
 pointer increment. The bias / activation epilogue is the forward one (off for the data gradient).
@@ -29,7 +34,7 @@ def conv_gemm1x1(
     a_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, HW, C_RED, C_OUT,
     A_OFF, san, sac, sap, sw_red, sw_out, sw_group, syn, syc, syp,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    PIX_VEC: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
@@ -44,8 +49,16 @@ def conv_gemm1x1(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # produced channels of the group
     n_ok = offs_n < C_OUT
     offs_k = tl.arange(0, BLOCK_K)  # reduced channels of the group
+    a_group = A_OFF + g * C_RED * sac
+    a_rows = n * san + hw * sap
+    a_cols = offs_k * sac
+    if PIX_VEC > 1:
+        m_ok = tl.max_constancy(m_ok, PIX_VEC)
+        a_group = tl.multiple_of(a_group, PIX_VEC)
+        a_rows = tl.max_contiguous(tl.multiple_of(a_rows, PIX_VEC), PIX_VEC)
+        a_cols = tl.multiple_of(a_cols, PIX_VEC)
 
-    a_tile = a_ptr + A_OFF + g * C_RED * sac + (n * san + hw * sap)[:, None] + (offs_k * sac)[None, :]
+    a_tile = a_ptr + a_group + a_rows[:, None] + a_cols[None, :]
     w_tile = w_ptr + g * sw_group + (offs_k * sw_red)[:, None] + (offs_n * sw_out)[None, :]
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -58,5 +71,10 @@ def conv_gemm1x1(
         w_tile += BLOCK_K * sw_red
 
     acc = add_bias_and_activate(acc, bias_ptr + g * C_OUT, offs_n, n_ok, HAS_BIAS, ACTIVATION)
-    y = y_ptr + (n * syn + hw * syp)[:, None] + ((g * C_OUT + offs_n) * syc)[None, :]
+    y_rows = n * syn + hw * syp  # computed here: live across the loop they cost registers
+    y_cols = (g * C_OUT + offs_n) * syc
+    if PIX_VEC > 1:
+        y_rows = tl.max_contiguous(tl.multiple_of(y_rows, PIX_VEC), PIX_VEC)
+        y_cols = tl.multiple_of(y_cols, PIX_VEC)
+    y = y_ptr + y_rows[:, None] + y_cols[None, :]
     tl.store(y, cast_for_store(acc, y_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])
