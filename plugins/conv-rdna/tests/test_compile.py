@@ -11,6 +11,8 @@ within the architecture's shared-memory limit and the tables' own estimate of it
 from __future__ import annotations
 
 
+import re
+
 import pytest
 from conv_core.aot import compile_in_subprocess
 from conv_rdna import aot, configs, plan
@@ -68,8 +70,6 @@ def test_channels_first_pixels_are_checked_for_vectors_on_every_target():
     ("hip", "store", "global_store_b128 v[2:3], v[4:7], off", False),
 ])
 def test_narrow_access_patterns(backend, access, instruction, narrow):
-    import re
-
     assert bool(re.search(aot.NARROW_PATTERNS[backend][access], instruction)) is narrow
 
 

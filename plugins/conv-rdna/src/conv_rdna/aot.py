@@ -120,10 +120,14 @@ class Job:
 
     @property
     def id(self) -> str:
-        what = self.kernel if self.launch == 0 else f"{self.kernel}.{LATER_LAUNCHES.get(self.kernel, 'reduce')}"
-        what += str(self.launch) if self.kernel in LATER_LAUNCHES and self.launch else ""
         if self.kernel in LAUNCH_NAMES:
             what = f"{self.kernel}.{LAUNCH_NAMES[self.kernel][self.launch]}"
+        elif self.launch == 0:
+            what = self.kernel
+        elif self.kernel in LATER_LAUNCHES:
+            what = f"{self.kernel}.{LATER_LAUNCHES[self.kernel]}{self.launch}"
+        else:
+            what = f"{self.kernel}.reduce"
         shape = "" if self.shape == "mid" else f"-{self.shape}"
         return f"{self.target}-{what}{shape}-{self.config}-{plan.TRITON_DTYPE[self.dtype]}-{self.layout[9:]}"
 

@@ -259,6 +259,13 @@ def _divisors(**divisors: int) -> dict:
     return scalars
 
 
+def phase_output(problem: ConvProblem, first=(0, 0), step=(1, 1)) -> dict:
+    """The result's scalar arguments of a forward kernel writing every ``step``-th pixel of it from ``first``
+    (``Y_OFF``, ``syn``, ``syc``, ``syh``, ``syw``): all of it, or one stride phase of a data gradient's ``dx``."""
+    syn, syc, syh, syw = strides_nchw(problem.result_shape, problem.layout)
+    return dict(Y_OFF=first[0] * syh + first[1] * syw, syn=syn, syc=syc, syh=step[0] * syh, syw=step[1] * syw)
+
+
 def _named(prefix: str, strides) -> dict:
     return {f"{prefix}{axis}": v for axis, v in zip("nchw", strides)}
 
@@ -488,14 +495,13 @@ def _cf_forward_launch(problem: ConvProblem, config: TileConfig, g: Geometry, we
     """``conv_fwd_cf`` over geometry ``g`` (operand ``a`` -> the result): the problem's forward convolution, or
     a stride phase of its data gradient on ``dy``, writing every ``step``-th pixel of the result from ``first``."""
     sx = strides_nchw(problem.operand_shapes[0], problem.layout)
-    syn, syc, syh, syw = strides_nchw(problem.result_shape, problem.layout)
-    scalars = {**_conv_scalars(g), "PQ": g.p * g.q, **_named("sx", sx), **weight,
-               "Y_OFF": first[0] * syh + first[1] * syw, "syn": syn, "syc": syc, "syh": step[0] * syh,
-               "syw": step[1] * syw}
+    output = phase_output(problem, first, step)
+    scalars = {**_conv_scalars(g), "PQ": g.p * g.q, **_named("sx", sx), **weight, **output}
     grid = (g.batch * _cdiv(g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside_pixels(g),
-                  "PIX_VEC": pixel_vector(g.p * g.q, sx[0], sx[1], syn, syc), "DENSE_Y": step == (1, 1),
+                  "PIX_VEC": pixel_vector(g.p * g.q, sx[0], sx[1], output["syn"], output["syc"]),
+                  "DENSE_Y": step == (1, 1),
                   **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
     return _launch(conv_fwd_cf, grid, pointers, scalars, constexprs, config)
 
@@ -557,13 +563,6 @@ def bwd_data_phases(g: Geometry) -> tuple[Phase, ...]:
 def _single_phase(g: Geometry) -> Phase:
     assert g.stride == (1, 1), "the data gradient is one forward convolution at stride 1 only"
     return bwd_data_phases(g)[0]
-
-
-def bwd_data_as_forward(g: Geometry) -> Geometry:
-    """The stride-1 data gradient as a forward convolution: ``dy`` (``cout`` channels, ``p x q``) in, ``dx``
-    (``cin`` channels, ``h x w``) out, padded by ``dil*(R-1) - pad`` (the weight flipped, see
-    :func:`flipped_weight`)."""
-    return _single_phase(g).geometry
 
 
 def _bwd_data_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
@@ -683,14 +682,11 @@ def forward_runs(problem: ConvProblem) -> tuple[ForwardRun, ...]:
     weight's group stride is given as what it adds to ``K_G`` produced-channel strides (``W_EXTRA``, 0 in the
     forward)."""
     g = Geometry.of(problem)
-    syn, syc, syh, syw = strides_nchw(problem.result_shape, problem.layout)
 
     def run(on: Geometry, weight: dict, first=(0, 0), stride=(1, 1)) -> ForwardRun:
         weight = dict(weight)
         weight["W_EXTRA"] = weight.pop("swg") - on.cout * weight["swo"]
-        output = dict(Y_OFF=first[0] * syh + first[1] * syw, syn=syn, syc=syc, syh=stride[0] * syh,
-                      syw=stride[1] * syw)
-        return ForwardRun(on, weight, output)
+        return ForwardRun(on, weight, phase_output(problem, first, stride))
 
     if problem.direction != "bwd_data":
         return (run(g, forward_weight(problem)),)
