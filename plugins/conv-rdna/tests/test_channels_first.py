@@ -4,7 +4,9 @@ Geometries cover both addressings: ``FLAT`` (stride 1, rows kept: "same" 3x3, 1x
 H, dilation) and per-pixel (stride 2, rows that shrink), with several pixel tiles per image (partial
 ones included) and several images, groups, 1D, and the data gradient's flipped weight with negative
 padding. 16x16x16 tiles, as in test_kernels.py. Filters of more than one tap run on the repacked weight
-(``plan.WEIGHT_FORMS``), which an in-place update of the weight must renew.
+(``plan.WEIGHT_FORMS``), which an in-place update of the weight must renew. Every geometry runs through
+both reduction loops: the register prefetch and the plain loop left to the compiler's pipeliner
+(``PIPELINED``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
 from conv_core.weight_cache import DerivedWeightCache
-from conv_rdna import candidates, launch, plan
+from conv_rdna import candidates, configs, launch, plan
 from test_kernels import DEVICE, SMALL, check, fwd, table
 
 GEOMETRIES = {  # name -> (fields, FLAT)
@@ -104,6 +106,28 @@ def test_weight_gradient(name, splits):
     assert p.split == math.ceil(blocks / per_split)
     again = launch.run(prob, p, *operands)
     assert torch.equal(again, out), "the split reduction must be deterministic"
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_weight"])
+@pytest.mark.parametrize("name", GEOMETRIES)
+def test_pipelined_loop(name, direction, monkeypatch):
+    """The plain loop computes what the prefetch loop does: every geometry forced through it."""
+    monkeypatch.setattr(plan, "pipelined_pixels", lambda tab, g, every_tap: True)
+    p, _, _ = check(problem(name, direction), plan.CHANNELS_FIRST_KERNELS[direction], tab=table(3))
+    assert dict(p.launches[0].constexprs)["PIPELINED"]
+
+
+def test_pipelined_where_the_architecture_copies_and_the_compiler_sees_aligned_pixels():
+    def geometry(size, taps):
+        return plan.Geometry.of(fwd(layout="channels_first", in_channels=8, out_channels=8, input_size=(size, size),
+                                    filter_size=taps, padding=taps // 2))
+
+    hopper, rdna = configs.table("sm_90"), configs.table("gfx1100")
+    assert plan.pipelined_pixels(hopper, geometry(56, 1), every_tap=False)  # 3136 pixels: 16 x 196
+    assert not plan.pipelined_pixels(hopper, geometry(14, 1), every_tap=True)  # 196: the compiler sees 4, not 16
+    assert not plan.pipelined_pixels(rdna, geometry(56, 1), every_tap=True)  # no asynchronous copies
+    assert plan.pipelined_pixels(hopper, geometry(56, 3), every_tap=True)
+    assert not plan.pipelined_pixels(hopper, geometry(56, 3), every_tap=False)  # shifted taps: the input is not
 
 
 def test_weight_gradient_float32():

@@ -5,7 +5,8 @@ layout) is computed here; the compiling happens in one ``python -m conv_rdna.aot
 ``TRITON_INTERPRET`` (this process has it set, so its kernels are interpreted functions), with one
 compile process per core. Each job must use the matrix instructions (16-bit operands: ``v_wmma*`` on
 RDNA, ``wgmma`` / ``mma.sync`` on Hopper), spill nothing, use no scratch / local memory, and stay
-within the architecture's shared-memory limit and the tables' own estimate of it.
+within the architecture's shared-memory limit and the tables' own estimate of it. A channels-first kernel
+that takes its pipelined loop (``PIPELINED``) must issue asynchronous copies.
 """
 
 from __future__ import annotations
@@ -71,6 +72,25 @@ def test_channels_first_pixels_are_checked_for_vectors_on_every_target():
 ])
 def test_narrow_access_patterns(backend, access, instruction, narrow):
     assert bool(re.search(aot.NARROW_PATTERNS[backend][access], instruction)) is narrow
+
+
+@pytest.mark.parametrize("instruction, copy", [
+    ("cp.async.cg.shared.global [%r1+0], [%rd2+0], 0x10, %r3;", True),
+    ("cp.async.ca.shared.global [%r1+0], [%rd2+0], 0x4, %r3;", True),
+    ("cp.async.commit_group ;", False),
+    ("cp.async.wait_group 0x1;", False),
+])
+def test_async_copy_pattern(instruction, copy):
+    assert bool(re.search(aot.ASYNC_COPY_PATTERN, instruction)) is copy
+
+
+def test_channels_first_kernels_are_compiled_in_both_loops_on_hopper(compiled):
+    """sm_90 has asynchronous copies: each channels-first kernel is compiled with its pipelined loop
+    (aot.PIPELINED_SHAPE; the weight gradient also on ``mid``) and with its register prefetch."""
+    loops = {(r["job"]["kernel"], r["pipelined"]) for r in compiled.values()
+             if r.get("ok") and r["job"]["target"] == "sm_90" and r["job"]["launch"] == 0}
+    assert {(kernel, pipelined) for kernel in plan.CHANNELS_FIRST_KERNELS.values()
+            for pipelined in (True, False)} <= loops
 
 
 def test_matrix_instruction_names(compiled):

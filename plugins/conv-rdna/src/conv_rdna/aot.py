@@ -54,6 +54,12 @@ NARROW_PATTERNS = {
 #: stores the matrix accumulator element by element in any layout).
 PIXEL_VECTOR_SHAPE = "1x1-14x14"
 PIXEL_VECTOR_ACCESSES = {"hip": ("load",), "cuda": ("load", "store")}
+#: The edge shape on which the channels-first forward takes its pipelined loop where the architecture has
+#: asynchronous copies (``plan.pipelined_pixels``: a 1x1 layer of 256 pixels an image); on the ``mid``
+#: geometry only the weight gradient does.
+PIPELINED_SHAPE = "1x1-16x16"
+#: A global-to-shared asynchronous copy in NVIDIA PTX: a launch that takes the pipelined loop must issue them.
+ASYNC_COPY_PATTERN = r"\bcp\.async\.c[ag]\.shared\.global\b"
 
 
 #: Forward geometries the jobs compile on. ``mid``: every configuration, every dtype and layout. The
@@ -68,6 +74,7 @@ SHAPES = {
     "unit": dict(batch=1, in_channels=1, out_channels=1, input_size=(1, 30), filter_size=(1, 3)),
     "1x1-s2": dict(batch=2, in_channels=8, out_channels=8, input_size=(15, 15), filter_size=1, stride=2),
     PIXEL_VECTOR_SHAPE: dict(batch=2, in_channels=64, out_channels=64, input_size=(14, 14), filter_size=1),
+    PIPELINED_SHAPE: dict(batch=2, in_channels=64, out_channels=64, input_size=(16, 16), filter_size=1),
     # The channels-first kernels at stride 2: per-pixel addressing, and the data gradient's four phases.
     "3x3-s2": dict(batch=2, in_channels=64, out_channels=64, input_size=(28, 28), filter_size=3, stride=2, padding=1),
     # Depthwise geometries (groups = in_channels), for the depthwise kernels only: a ConvNeXt block, a
@@ -91,11 +98,13 @@ DEPTHWISE_SHAPES = ("mid", "dw5x5-s2", "dw7x7")
 EDGE_SHAPES = {"conv1d": ("float16", "channels_last"), "conv1d-wide": ("bfloat16", "channels_first"),
                "unit": ("bfloat16", "channels_last"), "1x1-s2": ("float16", "channels_first"),
                "dw-mult2": ("bfloat16", "channels_last"), "wino-b1": ("bfloat16", "channels_last"),
-               PIXEL_VECTOR_SHAPE: ("bfloat16", "channels_first"), "3x3-s2": ("bfloat16", "channels_first")}
+               PIXEL_VECTOR_SHAPE: ("bfloat16", "channels_first"), "3x3-s2": ("bfloat16", "channels_first"),
+               PIPELINED_SHAPE: ("bfloat16", "channels_first")}
 #: The kernels whose tile rows are channels-first pixels (``PIX_VEC``).
 PIXEL_VECTOR_KERNELS = ("gemm1x1", *plan.CHANNELS_FIRST_KERNELS.values())
 #: Edge shapes compiled for some kernels only.
-SHAPE_KERNELS = {PIXEL_VECTOR_SHAPE: PIXEL_VECTOR_KERNELS, "3x3-s2": tuple(plan.CHANNELS_FIRST_KERNELS.values())}
+SHAPE_KERNELS = {PIXEL_VECTOR_SHAPE: PIXEL_VECTOR_KERNELS, "3x3-s2": tuple(plan.CHANNELS_FIRST_KERNELS.values()),
+                 PIPELINED_SHAPE: tuple(plan.CHANNELS_FIRST_KERNELS.values())}
 
 #: Kernels whose plans run several kernels around one matrix multiply: the name of each launch (in job
 #: ids) and the index of the matrix multiply (the launch that must use the matrix units).
@@ -303,7 +312,8 @@ def compile_launch(launch: plan.Launch, dtypes: dict[str, str], target: str):
     if backend == "cuda" and re.search(r"^\s*\.local\b", asm, re.MULTILINE):
         stats["scratch_bytes"] = max(stats["scratch_bytes"], 1)
     stats.update(shared=compiled.metadata.shared, matrix=sorted(set(re.findall(MATRIX_PATTERNS[backend], asm))),
-                 narrow={access: len(re.findall(pattern, asm)) for access, pattern in NARROW_PATTERNS[backend].items()})
+                 narrow={access: len(re.findall(pattern, asm)) for access, pattern in NARROW_PATTERNS[backend].items()},
+                 async_copies=len(re.findall(ASYNC_COPY_PATTERN, asm)) if backend == "cuda" else 0)
     return compiled, stats
 
 
@@ -318,7 +328,8 @@ def compile_job(job: Job) -> dict:
         problem = representative_problem(job.kernel, job.dtype, job.layout, job.target, job.shape)
         launch = plan.make_plan(problem, job.kernel, config, tab).launches[job.launch]
         _, stats = compile_launch(launch, plan.role_dtypes(problem), job.target)
-        result.update(ok=True, estimated_shared=config.shared_bytes(job.dtype)
+        result.update(ok=True, pipelined=bool(dict(launch.constexprs).get("PIPELINED")),
+                      estimated_shared=config.shared_bytes(job.dtype)
                       if job.launch == MATRIX_LAUNCH.get(job.kernel, 0) else 0, **stats)
     except Exception as exc:  # reported per job; the test fails on it
         result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:2000])
@@ -342,6 +353,8 @@ def problems_of(result: dict) -> list[str]:
     if result["shared"] > result["estimated_shared"] and result["job"]["launch"] == MATRIX_LAUNCH.get(
             result["job"]["kernel"], 0):
         issues.append(f"shared memory {result['shared']} > the tables' estimate {result['estimated_shared']}")
+    if result["pipelined"] and not result["async_copies"]:
+        issues.append("the pipelined loop issues no asynchronous copy")
     job = result["job"]
     if job["shape"] == PIXEL_VECTOR_SHAPE and job["launch"] == 0:
         for access in PIXEL_VECTOR_ACCESSES[TARGETS[job["target"]][0]]:

@@ -222,6 +222,9 @@ class ArchTable:
     winograd_split: SplitRule | None = None
     #: families whose exact-layer configurations were timed on this architecture by the offline sweep
     measured_families: frozenset[str] = frozenset()
+    #: whether the channels-first kernels may leave their loads to the compiler's pipeliner, which turns them
+    #: into asynchronous copies (:func:`conv_rdna.plan.pipelined_pixels`)
+    channels_first_async_copies: bool = False
 
     def is_measured(self, family: str) -> bool:
         """Whether ``family``'s configurations were timed on this architecture (else its candidates are
@@ -282,7 +285,8 @@ def table(name: str) -> ArchTable:
                      few_channels_split=SplitRule(**entry["few_channels_split"]) if "few_channels_split" in entry
                      else None,
                      winograd_split=SplitRule(**entry["winograd_split"]) if "winograd_split" in entry else None,
-                     measured_families=measured_families)
+                     measured_families=measured_families,
+                     channels_first_async_copies=entry.get("channels_first_async_copies", False))
 
 
 def swept_path(name: str):

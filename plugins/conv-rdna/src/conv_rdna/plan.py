@@ -71,6 +71,10 @@ CHANNELS_FIRST_KERNELS = {"fwd": "implicit_gemm_cf", "bwd_data": "bwd_data_cf", 
 #: The depthwise kernels (``groups == in_channels``), one per direction; they take ``StencilConfig``.
 DEPTHWISE_KERNELS = ("depthwise_fwd", "depthwise_bwd_data", "depthwise_bwd_weight")
 
+#: Triton specializes an integer argument on its divisibility by this: what the compiler knows of an
+#: address without the kernel's hints.
+COMPILER_DIVISIBILITY = 16
+
 #: Triton's names of the pointer element types.
 TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
@@ -467,6 +471,19 @@ def inside_pixels(g: Geometry) -> bool:
     return flat_pixels(g) and g.pad == (0, 0) and reach_h <= g.h and reach_w <= g.w
 
 
+def pipelined_pixels(tab: ArchTable, g: Geometry, every_tap: bool) -> bool:
+    """Whether a channels-first kernel runs its plain reduction loop, which the compiler pipelines with
+    asynchronous copies, rather than its register prefetch: on architectures that have the copies (the
+    table's ``channels_first_async_copies``), where its pixel loads are aligned vectors the compiler can see
+    by itself (an image's pixel count a multiple of :data:`COMPILER_DIVISIBILITY`: the pipeliner drops the
+    kernels' ``PIX_VEC`` hints, and a load it cannot copy falls back to single elements), at ``every_tap``
+    (the weight gradient's ``dy``, whose pixels are the tile's own) or else where no tap shifts them
+    (:func:`inside_pixels`: the forward's input). Where only the forward's weight tile could be copied, the
+    prefetch loop is the faster (H100: docs/benchmarks/2026-11-21-h100-rdna-11.md)."""
+    aligned = every_tap or inside_pixels(g)
+    return tab.channels_first_async_copies and aligned and (g.p * g.q) % COMPILER_DIVISIBILITY == 0
+
+
 #: Repacked weights (:attr:`Plan.weight_form`): ``[R, S, reduced channels per group, produced channels]``,
 #: the produced channels contiguous. ``"taps_outer"`` is the forward's (reduced: input channels); for the
 #: data gradient as a forward convolution of ``dy``, ``"taps_outer_flipped"`` transposes the channels and
@@ -490,8 +507,8 @@ def packed_weight(problem: ConvProblem, phase: Phase | None = None) -> dict:
     return {**weight, "W_OFF": first, "swr": sh * weight["swr"], "sws": sw_ * sws}
 
 
-def _cf_forward_launch(problem: ConvProblem, config: TileConfig, g: Geometry, weight: dict, first=(0, 0),
-                       step=(1, 1)) -> Launch:
+def _cf_forward_launch(problem: ConvProblem, config: TileConfig, tab: ArchTable, g: Geometry, weight: dict,
+                       first=(0, 0), step=(1, 1)) -> Launch:
     """``conv_fwd_cf`` over geometry ``g`` (operand ``a`` -> the result): the problem's forward convolution, or
     a stride phase of its data gradient on ``dy``, writing every ``step``-th pixel of the result from ``first``."""
     sx = strides_nchw(problem.operand_shapes[0], problem.layout)
@@ -501,7 +518,7 @@ def _cf_forward_launch(problem: ConvProblem, config: TileConfig, g: Geometry, we
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside_pixels(g),
                   "PIX_VEC": pixel_vector(g.p * g.q, sx[0], sx[1], output["syn"], output["syc"]),
-                  "DENSE_Y": step == (1, 1),
+                  "DENSE_Y": step == (1, 1), "PIPELINED": pipelined_pixels(tab, g, every_tap=False),
                   **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
     return _launch(conv_fwd_cf, grid, pointers, scalars, constexprs, config)
 
@@ -514,7 +531,7 @@ def _implicit_gemm_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab
     g = Geometry.of(problem)
     packed = g.r * g.s > 1
     weight = packed_weight(problem) if packed else forward_weight(problem)
-    return Plan(kernel, config, 1, (_cf_forward_launch(problem, config, g, weight),),
+    return Plan(kernel, config, 1, (_cf_forward_launch(problem, config, tab, g, weight),),
                 weight_form=WEIGHT_FORMS[0] if packed else "")
 
 
@@ -572,7 +589,7 @@ def _bwd_data_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: Arc
     phases = bwd_data_phases(g)
     assert phases, "the data gradient has no stride phases to run as forward convolutions"
     packed = g.r * g.s > 1
-    launches = tuple(_cf_forward_launch(problem, config, phase.geometry,
+    launches = tuple(_cf_forward_launch(problem, config, tab, phase.geometry,
                                         packed_weight(problem, phase) if packed else flipped_weight(problem, phase),
                                         phase.first, g.stride) for phase in phases)
     return Plan(kernel, config, 1, launches, weight_form=WEIGHT_FORMS[1] if packed else "")
@@ -592,7 +609,8 @@ def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: A
                **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
     grid = (_cdiv(g.cout, config.block_m) * _cdiv(g.cin, config.block_n) * g.r * g.s, g.groups, split)
     pix_vec = pixel_vector(g.p * g.q, *(scalars[name] for name in ("sxn", "sxc", "sdyn", "sdyc")))
-    constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside_pixels(g), "PIX_VEC": pix_vec, **_tiles(config)}
+    constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside_pixels(g), "PIX_VEC": pix_vec,
+                  "PIPELINED": pipelined_pixels(tab, g, every_tap=True), **_tiles(config)}
     launches = [_launch(conv_bwd_weight_cf, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars, constexprs,
                         config)]
     if workspace:

@@ -19,9 +19,12 @@ bounds, which every tap of theirs meets.
 
 The reduction walks a block of ``BLOCK_K`` channels through all the taps before the next block
 (channels outer, taps inner), so consecutive steps read overlapping input rows and the same weight
-rows from L1. Loads unaligned to 16 bytes cannot become asynchronous copies, so the compiler does not
-pipeline these loops; the kernels prefetch instead: step ``i + 1``'s tiles are loaded into registers
-before step ``i``'s matrix multiply, which hides their latency behind it.
+rows from L1. Each kernel has two reduction loops (``PIPELINED``, host: ``plan.pipelined_pixels``). Where
+the pixel loads are aligned vectors the compiler can see (on an architecture with asynchronous copies), the
+plain loop: the compiler's pipeliner turns the loads into copies to shared memory, ``num_stages`` deep.
+Elsewhere (a tap's one-element shift, pixel counts the compiler cannot see are multiples of 16, or no
+asynchronous copies) the loads cannot become copies, and the kernels prefetch instead: step ``i + 1``'s tiles
+are loaded into registers before step ``i``'s matrix multiply, which hides their latency behind it.
 
 :func:`conv_fwd_cf` computes ``y = conv(x, w)`` with the fused bias / activation / cast epilogue. The
 weight is addressed through an offset and four strides (``o``: produced channel, ``i``: reduced
@@ -77,7 +80,7 @@ def conv_fwd_cf(
     BATCH, C_G, H, W, K_G, P, Q, R, S,
     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, PQ,
     sxn, sxc, sxh, sxw, W_OFF, swg, swo, swi, swr, sws, Y_OFF, syn, syc, syh, syw,
-    FLAT: tl.constexpr, INSIDE: tl.constexpr, PIX_VEC: tl.constexpr, DENSE_Y: tl.constexpr,
+    FLAT: tl.constexpr, INSIDE: tl.constexpr, PIX_VEC: tl.constexpr, DENSE_Y: tl.constexpr, PIPELINED: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     INTERPRET: tl.constexpr,
@@ -108,14 +111,20 @@ def conv_fwd_cf(
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     steps = tl.cdiv(C_G, BLOCK_K) * R * S
-    a, b = _fwd_step(0, x_image, w_cols, offs_m, m_ok, h0, w0, n_ok, C_G, H, W, R, S, PAD_H, PAD_W, DIL_H, DIL_W,
-                     sxc, sxh, sxw, swi, swr, sws, True, FLAT, INSIDE, PIX_VEC, BLOCK_K)
-    for i in range(0, steps):
-        a_next, b_next = _fwd_step(i + 1, x_image, w_cols, offs_m, m_ok, h0, w0, n_ok, C_G, H, W, R, S, PAD_H, PAD_W,
-                                   DIL_H, DIL_W, sxc, sxh, sxw, swi, swr, sws, i + 1 < steps, FLAT, INSIDE, PIX_VEC,
-                                   BLOCK_K)
-        acc = mma(a, b, acc, INTERPRET)
-        a, b = a_next, b_next
+    if PIPELINED:  # loads the compiler can turn into asynchronous copies: it pipelines the plain loop
+        for i in range(0, steps):
+            a, b = _fwd_step(i, x_image, w_cols, offs_m, m_ok, h0, w0, n_ok, C_G, H, W, R, S, PAD_H, PAD_W, DIL_H,
+                             DIL_W, sxc, sxh, sxw, swi, swr, sws, True, FLAT, INSIDE, PIX_VEC, BLOCK_K)
+            acc = mma(a, b, acc, INTERPRET)
+    else:
+        a, b = _fwd_step(0, x_image, w_cols, offs_m, m_ok, h0, w0, n_ok, C_G, H, W, R, S, PAD_H, PAD_W, DIL_H, DIL_W,
+                         sxc, sxh, sxw, swi, swr, sws, True, FLAT, INSIDE, PIX_VEC, BLOCK_K)
+        for i in range(0, steps):
+            a_next, b_next = _fwd_step(i + 1, x_image, w_cols, offs_m, m_ok, h0, w0, n_ok, C_G, H, W, R, S, PAD_H,
+                                       PAD_W, DIL_H, DIL_W, sxc, sxh, sxw, swi, swr, sws, i + 1 < steps, FLAT, INSIDE,
+                                       PIX_VEC, BLOCK_K)
+            acc = mma(a, b, acc, INTERPRET)
+            a, b = a_next, b_next
 
     acc = add_bias_and_activate(acc, bias_ptr + g * K_G, offs_n, n_ok, HAS_BIAS, ACTIVATION)
     if DENSE_Y:  # p*syh = p*Q*syw
@@ -164,7 +173,7 @@ def conv_bwd_weight_cf(
     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, BLOCKS_PER_SPLIT, PQ, Q_MAGIC, Q_SHIFT,
     sxn, sxc, sxh, sxw, sdyn, sdyc, sdyw,
     so_split, so_k, so_c, so_r, so_s,
-    FLAT: tl.constexpr, INSIDE: tl.constexpr, PIX_VEC: tl.constexpr,
+    FLAT: tl.constexpr, INSIDE: tl.constexpr, PIX_VEC: tl.constexpr, PIPELINED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
@@ -185,15 +194,23 @@ def conv_bwd_weight_cf(
     first = split * BLOCKS_PER_SPLIT
     end = tl.minimum(first + BLOCKS_PER_SPLIT, BATCH * blocks_per_image)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    a, b = _bwd_weight_step(first, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W, PQ, Q,
-                            Q_MAGIC, Q_SHIFT, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn,
-                            sdyw, first < end, FLAT, INSIDE, PIX_VEC, BLOCK_K)
-    for blk in range(first, end):
-        a_next, b_next = _bwd_weight_step(blk + 1, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W,
-                                          PQ, Q, Q_MAGIC, Q_SHIFT, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-                                          sxn, sxh, sxw, sdyn, sdyw, blk + 1 < end, FLAT, INSIDE, PIX_VEC, BLOCK_K)
-        acc = mma(a, b, acc, INTERPRET)
-        a, b = a_next, b_next
+    if PIPELINED:  # loads the compiler can turn into asynchronous copies: it pipelines the plain loop
+        for blk in range(first, end):
+            a, b = _bwd_weight_step(blk, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W, PQ, Q,
+                                    Q_MAGIC, Q_SHIFT, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw,
+                                    sdyn, sdyw, True, FLAT, INSIDE, PIX_VEC, BLOCK_K)
+            acc = mma(a, b, acc, INTERPRET)
+    else:
+        a, b = _bwd_weight_step(first, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image, H, W, PQ, Q,
+                                Q_MAGIC, Q_SHIFT, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sxn, sxh, sxw, sdyn,
+                                sdyw, first < end, FLAT, INSIDE, PIX_VEC, BLOCK_K)
+        for blk in range(first, end):
+            a_next, b_next = _bwd_weight_step(blk + 1, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_per_image,
+                                              H, W, PQ, Q, Q_MAGIC, Q_SHIFT, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H,
+                                              DIL_W, sxn, sxh, sxw, sdyn, sdyw, blk + 1 < end, FLAT, INSIDE, PIX_VEC,
+                                              BLOCK_K)
+            acc = mma(a, b, acc, INTERPRET)
+            a, b = a_next, b_next
 
     out = (out_ptr + split * so_split + r * so_r + s * so_s
            + ((g * K_G + offs_m) * so_k)[:, None] + (offs_n * so_c)[None, :])
