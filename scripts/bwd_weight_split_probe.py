@@ -6,8 +6,9 @@ direct kernel (``bwd_weight_split`` for NHWC, ``bwd_weight_cf`` for NCHW) runs w
 family's sweep space and each split count in :data:`SPLITS` (as far as the layer's pixel blocks allow), timed as
 the benchmark times (``conv_core.timing.median_us``), next to aten. For the fastest pair and for the pair the
 shipped rule gives, the CUDA profiler then splits the time into the partial kernel's and the reduction's.
+Naming layouts (``nhwc``, ``nchw``) after the output file probes those only.
 
-Usage (device machine): python3 scripts/bwd_weight_split_probe.py OUT.json
+Usage (device machine): python3 scripts/bwd_weight_split_probe.py OUT.json [LAYOUT...]
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from conv_rdna import candidates, configs, plan, sweep
 
 SUITES = (("resnet50", 32), ("sd_vae_decoder", 1))
 KERNELS = {"channels_last": "bwd_weight_split", "channels_first": "bwd_weight_cf"}
+LAYOUTS = {"nhwc": "channels_last", "nchw": "channels_first"}
 SPLITS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 REPS = 15
 
@@ -95,16 +97,17 @@ def probe_layer(name: str, problem, device: torch.device) -> dict:
 
 
 def main() -> None:
-    out = sys.argv[1]
+    out, layouts = sys.argv[1], [LAYOUTS[name] for name in sys.argv[2:]] or list(KERNELS)
     device = torch.device("cuda")
     rows = []
     for suite, batch in SUITES:
-        for layout in KERNELS:
+        for layout in layouts:
             for name, problem in suite_problems(suite, batch=batch, layout=layout, direction="bwd_weight",
                                                 arch=device_arch(device)):
                 if problem.in_channels <= 8 or problem.out_channels <= 8:
                     continue
                 row = probe_layer(name, problem, device)
+                row["suite"] = suite
                 rows.append(row)
                 shipped_us = row["times"].get(row["shipped"], float("nan"))
                 print(f"{suite} {layout} {name}: aten {row['aten_us']:.1f}  shipped {row['shipped']} "

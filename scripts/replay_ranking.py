@@ -5,6 +5,8 @@ candidates for a CUDA device, the tables shipped in the installed packages), the
 in each run beside aten's. A table folded from runs is checked against those runs' own measurements this
 way; an independent GPU run is still what validates it.
 
+The layers are those of the first run; a later run that did not time a layer is left out for it.
+
 Usage: python3 scripts/replay_ranking.py RUN_DIR...   (each a folder of one bench run's *_*_*.json)
 """
 
@@ -43,6 +45,8 @@ def main(runs: list[Path]) -> int:
         pick = rank(problem, candidates, declined, timings).best.kernel_id
         ratios = []
         for i, rows in enumerate(measured):
+            if key not in rows:
+                continue
             same[i] += rows[key]["picked"] == pick
             times = {m["kernel"]: m["us"] for m in rows[key]["measurements"] if m["us"]}
             ratios.append(rows[key]["aten_us"] / times[pick] if pick in times else float("nan"))

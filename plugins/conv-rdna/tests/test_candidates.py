@@ -50,7 +50,7 @@ def test_backend_loads_through_its_entry_point():
     (problem(filter_size=1, padding=((0, 1), (0, 0))), ["implicit_gemm", "implicit_gemm_cf"]),
     (problem("bwd_data"), ["bwd_data_phased", "bwd_data_cf"]),
     (problem("bwd_data", stride=2), ["bwd_data_phased", "bwd_data_cf"]),
-    (problem("bwd_data", filter_size=1, padding=0, stride=2), ["bwd_data_phased"]),  # phases without taps
+    (problem("bwd_data", filter_size=1, padding=0, stride=2), ["bwd_data_phased", "bwd_data_cf"]),  # zeros first
     (problem("bwd_data", filter_size=1, padding=0), ["bwd_data_phased", "gemm1x1", "bwd_data_cf"]),
     (problem("bwd_weight"), ["bwd_weight_split", "bwd_weight_atomic", "bwd_weight_cf"]),
     (problem("bwd_weight", layout="channels_last"), ["bwd_weight_split", "bwd_weight_atomic"]),

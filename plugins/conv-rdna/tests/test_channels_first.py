@@ -35,6 +35,7 @@ GEOMETRIES = {  # name -> (fields, FLAT)
     "s2-g2": (dict(in_channels=8, out_channels=6, groups=2, input_size=(8, 10), filter_size=3, stride=2, padding=1),
               False),
     "valid-rows-shrink": (dict(in_channels=3, out_channels=4, input_size=(6, 9), filter_size=(2, 3)), False),
+    "1x1-s2-odd": (dict(batch=3, in_channels=12, out_channels=10, input_size=(7, 10), filter_size=1, stride=2), False),
     "conv1d": (dict(batch=3, in_channels=5, out_channels=6, input_size=(37,), filter_size=5, padding=2,
                     bias=True, activation="silu"), True),
 }
@@ -65,11 +66,15 @@ def test_forward(name, dtype):
 
 @pytest.mark.parametrize("name", GEOMETRIES)
 def test_data_gradient_runs_as_forward_convolutions_of_dy(name):
-    """One launch per stride phase of ``dx``, each writing its pixels (a NaN left anywhere fails)."""
+    """One launch per stride phase of ``dx`` that has taps, each writing its pixels, the others' zeroed
+    before (a NaN left anywhere fails)."""
     prob = problem(name, "bwd_data")
     p, _, _ = check(prob, "bwd_data_cf")
     g = plan.Geometry.of(prob)
-    assert len(p.launches) == len(plan.bwd_data_phases(g)) == min(g.stride[0], g.h) * min(g.stride[1], g.w)
+    phases = min(g.stride[0], g.h) * min(g.stride[1], g.w)
+    tapped = 1 if name == "1x1-s2-odd" else phases
+    assert len(p.launches) == len(plan.bwd_data_phases(g, leave_zeros=True)) == tapped
+    assert p.zero == ("out" if tapped < phases else None) and plan.bwd_data_zeros(g) is (tapped < phases)
     assert [dict(launch.constexprs)["DENSE_Y"] for launch in p.launches] == [g.stride == (1, 1)] * len(p.launches)
 
 
@@ -142,8 +147,10 @@ def test_offered_for_channels_first_only_and_data_gradients_with_phases():
     assert "bwd_weight_cf" in kernels(problem("s2-asym", "bwd_weight"))
     assert "bwd_data_cf" in kernels(problem("s2-asym", "bwd_data"))
     assert "bwd_data_cf" in kernels(problem("same3x3-bias-gelu", "bwd_data"))
-    one_tap_s2 = fwd(layout="channels_first", in_channels=4, out_channels=4, input_size=(6, 6), filter_size=1, stride=2)
-    assert "bwd_data_cf" not in kernels(one_tap_s2.with_direction("bwd_data"))  # phases without taps: zeros
+    assert "bwd_data_cf" in kernels(problem("1x1-s2-odd", "bwd_data"))  # phases without taps: zeroed
+    lone_pixel = fwd(layout="channels_first", in_channels=4, out_channels=4, input_size=(1, 6), filter_size=1,
+                     stride=2, padding=((1, 1), (0, 0)))  # the one row of dx sits in a phase without taps
+    assert "bwd_data_cf" not in kernels(lone_pixel.with_direction("bwd_data"))
     last = problem("same3x3-bias-gelu", "fwd").replace(layout="channels_last")
     for direction in ("fwd", "bwd_data", "bwd_weight"):
         assert not set(kernels(last.with_direction(direction))) & set(plan.CHANNELS_FIRST_KERNELS.values())

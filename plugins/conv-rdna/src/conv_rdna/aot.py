@@ -192,8 +192,6 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     if kernel in FORWARD_KERNELS:  # without bias on the pixel-vector shape, whose check counts narrow loads
         return problem.replace(bias=shape != PIXEL_VECTOR_SHAPE, activation="gelu")
     problem = problem.with_direction("bwd_data" if "bwd_data" in kernel else "bwd_weight")
-    if kernel == "bwd_data_cf" and not plan.bwd_data_phases(plan.Geometry.of(problem)):  # a 1x1 filter, stride 2
-        return None
     if kernel in FEW_CHANNELS and kernel not in plan.few_channels_kernels(problem):  # stride-2 data gradients
         return None
     return problem

@@ -34,8 +34,9 @@ the table picks (:func:`conv_rdna.configs.select`):
 ``winograd_f4x3_bwd_weight``       weight gradient of the same layers: 36 GEMMs over 4x4 tiles of ``dy``
                                    (:mod:`conv_rdna.winograd_bwd_weight`), deterministic split reduction
 ``implicit_gemm_cf``               forward of channels-first problems, pixel tiles of one image loading along W
-``bwd_data_cf``                    data gradient of channels-first stride-1 problems (the same kernel, on ``dy``
-                                   with the flipped weight)
+``bwd_data_cf``                    data gradient of channels-first problems (the same kernel, on ``dy`` with the
+                                   flipped weight, a launch per stride phase; ``dx`` zeroed first where a
+                                   phase has no tap)
 ``bwd_weight_cf``                  weight gradient of channels-first problems, pixel blocks of one image,
                                    deterministic split reduction
 =================================  ===============================================================================
@@ -50,7 +51,7 @@ import torch
 from conv_core.arch import spec
 from conv_core.candidate import Candidate, Declined
 from conv_core.estimate import estimate_us
-from conv_core.problem import ConvProblem
+from conv_core.problem import ConvProblem, element_size
 
 from . import configs, launch, plan, winograd, winograd_bwd_weight
 
@@ -130,10 +131,11 @@ def _general_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
 
 def _channels_first_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
     """The channels-first kernel of the problem's direction, for channels-first problems (the data
-    gradient: where its stride phases are forward convolutions of ``dy``, :func:`plan.bwd_data_phases`)."""
+    gradient: where its stride phases are forward convolutions of ``dy``, :func:`plan.bwd_data_phases`,
+    those without taps left to a fill of zeros)."""
     if problem.layout != "channels_first":
         return ()
-    if problem.direction == "bwd_data" and not plan.bwd_data_phases(plan.Geometry.of(problem)):
+    if problem.direction == "bwd_data" and not plan.bwd_data_phases(plan.Geometry.of(problem), leave_zeros=True):
         return ()
     return (plan.CHANNELS_FIRST_KERNELS[problem.direction],)
 
@@ -218,7 +220,7 @@ def estimate(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, interpr
 
     Compute efficiency scales with the tile utilization and, for channels-first tensors (gathers
     along strided channels), with the table's ``channels_first_factor``. Workspace traffic (written
-    once, read once) adds to the memory time.
+    once, read once) and a result zeroed before the launches add to the memory time.
     """
     if p.kernel in HOST_MODULES:  # kernels in sequence: the Winograd flops and transform traffic
         us = HOST_MODULES[p.kernel].estimate_us(problem, p, tab)
@@ -238,7 +240,10 @@ def estimate(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable, interpr
         if problem.layout == "channels_first" and p.kernel not in plan.CHANNELS_FIRST_KERNELS.values():
             compute *= tab.efficiency["channels_first_factor"]  # kernels tiled for channels-last tensors
     us = estimate_us(problem, compute, memory, launches=len(p.launches) + (1 if p.zero else 0))
-    us += 2 * p.workspace_fills * p.workspace_bytes / (spec(problem.arch).copy_tbps * 1e6) / memory
+    copy_us_per_byte = 1 / (spec(problem.arch).copy_tbps * 1e6) / memory
+    us += 2 * p.workspace_fills * p.workspace_bytes * copy_us_per_byte
+    if p.zero == "out":  # the result is written twice: zeros, then what the launches add or place
+        us += math.prod(problem.result_shape) * element_size(problem.result_dtype) * copy_us_per_byte
     if interpreted:
         us = us * INTERPRETED_SLOWDOWN + INTERPRETED_FIXED_US
     return us

@@ -16,6 +16,8 @@ Layout of the JSON (see the file's ``_doc``)::
     archs.<arch>.depthwise_split    the same for the depthwise weight gradient (optional)
     archs.<arch>.few_channels_split the same for the few-channel weight gradients (optional)
     archs.<arch>.winograd_split     the same for Winograd's weight gradient (optional)
+    archs.<arch>.reduce             the gather of ``col2im_bwd_data``
+    archs.<arch>.sum_splits         the sum of the weight gradient's split partials (:class:`SumSplits`)
     archs.<arch>.efficiency         fractions of the roofline rates, for the estimates
 
 A bucket's ``when`` may bound the family's GEMM view of the problem (:func:`gemm_view`):
@@ -200,6 +202,16 @@ class SplitRule:
 
 
 @dataclass(frozen=True)
+class SumSplits:
+    """The tile of ``reduce_splits``: ``BLOCK`` float32 values a step, up to ``SPLIT_ROWS`` splits at once
+    (:func:`conv_rdna.plan.sum_splits_rows`) of ``BLOCK // rows`` elements each, on ``num_warps`` warps."""
+
+    BLOCK: int
+    SPLIT_ROWS: int
+    num_warps: int
+
+
+@dataclass(frozen=True)
 class ArchTable:
     """The configurations of one architecture (``same_as`` resolved)."""
 
@@ -211,6 +223,8 @@ class ArchTable:
     split: SplitRule
     reduce_block: int
     reduce_warps: int
+    #: the tile of ``reduce_splits``, which sums the weight gradient's float32 partials
+    sum_splits: SumSplits
     #: candidate kernel -> {"compute": fraction, "memory": fraction}; "channels_first_factor" -> float
     efficiency: dict
     #: the depthwise weight gradient's split rule (few output tiles: it needs many more splits)
@@ -280,7 +294,7 @@ def table(name: str) -> ArchTable:
     split = SplitRule(**entry["split"])
     reduce = entry["reduce"]
     return ArchTable(name, source, measured, families, layers, split, reduce["BLOCK"],
-                     reduce["num_warps"], entry["efficiency"],
+                     reduce["num_warps"], SumSplits(**entry["sum_splits"]), entry["efficiency"],
                      depthwise_split=SplitRule(**entry["depthwise_split"]) if "depthwise_split" in entry else None,
                      few_channels_split=SplitRule(**entry["few_channels_split"]) if "few_channels_split" in entry
                      else None,

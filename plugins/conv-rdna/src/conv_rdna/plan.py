@@ -24,7 +24,7 @@ from conv_core.geometry import Geometry
 from conv_core.launch_site import LaunchSite
 from conv_core.problem import ConvProblem, dense_strides
 
-from .configs import ArchTable, TileConfig, depthwise_split_count, split_count
+from .configs import ArchTable, SumSplits, TileConfig, depthwise_split_count, split_count
 from .kernels.bwd_data import conv_bwd_data_phased
 from .kernels.bwd_weight import conv_bwd_weight_partial, reduce_splits
 from .kernels.channels_first import conv_bwd_weight_cf, conv_fwd_cf
@@ -119,7 +119,8 @@ class Plan:
     launches: tuple[Launch, ...]
     #: float32 elements of scratch memory (0: none).
     workspace_elements: int = 0
-    #: the workspace (or the result, when it is the float32 accumulator) must be zeroed first.
+    #: the workspace (or the result: the float32 accumulator, or a data gradient with tap-less phases) must
+    #: be zeroed first.
     zero: str | None = None
     #: how many times the workspace is written and read back (``col2im_bwd_data``: once per chunk of images).
     workspace_fills: int = 1
@@ -450,9 +451,17 @@ def _bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: Arch
 
 def _reduce_launch(numel: int, splits: int, tab: ArchTable) -> Launch:
     """``reduce_splits`` over a float32 workspace of ``splits`` dense copies of a ``numel``-element result."""
-    return Launch(reduce_splits, (_cdiv(numel, tab.reduce_block),), (("ws_ptr", "workspace"), ("out_ptr", "out")),
-                  (("NUMEL", numel), ("SPLITS", splits)), (("BLOCK", tab.reduce_block), ("INTERPRET", interpreting())),
-                  tab.reduce_warps, 1)
+    tile = tab.sum_splits
+    rows = sum_splits_rows(tile, splits)
+    return Launch(reduce_splits, (_cdiv(numel, tile.BLOCK // rows),), (("ws_ptr", "workspace"), ("out_ptr", "out")),
+                  (("NUMEL", numel), ("SPLITS", splits)),
+                  (("BLOCK", tile.BLOCK), ("SPLIT_ROWS", rows), ("INTERPRET", interpreting())), tile.num_warps, 1)
+
+
+def sum_splits_rows(tile: SumSplits, splits: int) -> int:
+    """Splits ``reduce_splits`` loads at once: the largest power of two up to ``splits``, at most the table's
+    ``SPLIT_ROWS``. No row of the first step is masked off, and with one split the kernel is a cast."""
+    return min(tile.SPLIT_ROWS, 1 << (splits.bit_length() - 1))
 
 
 # ---- channels first (kernels/channels_first.py) -----------------------------------------------------
@@ -556,10 +565,12 @@ def _axis_phase(a: int, size: int, taps: int, stride: int, pad: int, dil: int) -
     return len(range(a, size, stride)), phase_taps, r0, dil * (phase_taps - 1) - (a + pad - r0) // stride
 
 
-def bwd_data_phases(g: Geometry) -> tuple[Phase, ...]:
+def bwd_data_phases(g: Geometry, *, leave_zeros: bool = False) -> tuple[Phase, ...]:
     """The data gradient of ``g`` as stride-1 forward convolutions of ``dy``, one per stride phase of ``dx``
     that has pixels (one at stride 1, padded by ``dil*(R-1) - pad``); none where that cannot be done: a
-    dilated strided layer, or a phase with pixels but no tap (stride larger than the filter: zeros)."""
+    dilated strided layer, or a phase with pixels but no tap (a stride larger than the filter: its pixels
+    are zeros) unless ``leave_zeros``, where such phases are left out and the caller writes their zeros
+    (:func:`bwd_data_zeros`)."""
     if g.stride != (1, 1) and g.dil != (1, 1):
         return ()
     phases = []
@@ -570,11 +581,19 @@ def bwd_data_phases(g: Geometry) -> tuple[Phase, ...]:
             if not rows or not cols:
                 continue
             if not taps_h or not taps_w:
+                if leave_zeros:
+                    continue
                 return ()
             on_dy = dataclasses.replace(g, cin=g.cout, cout=g.cin, h=g.p, w=g.q, p=rows, q=cols, r=taps_h, s=taps_w,
                                         stride=(1, 1), pad=(pad_h, pad_w))
             phases.append(Phase(on_dy, (a, b), (r0, s0)))
     return tuple(phases)
+
+
+def bwd_data_zeros(g: Geometry) -> bool:
+    """Whether some stride phase of ``dx`` has pixels but no tap (``bwd_data_phases(g, leave_zeros=True)`` leaves
+    it out): a 1x1 filter at stride 2, whose data gradient is zero at three pixels of four."""
+    return bool(bwd_data_phases(g, leave_zeros=True)) and not bwd_data_phases(g)
 
 
 def _single_phase(g: Geometry) -> Phase:
@@ -583,16 +602,19 @@ def _single_phase(g: Geometry) -> Phase:
 
 
 def _bwd_data_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    """One ``conv_fwd_cf`` launch per stride phase of ``dx`` (:func:`bwd_data_phases`: offered where it has
-    some), on the flipped copy of the weight where it has several taps (as :func:`_implicit_gemm_cf`)."""
+    """One ``conv_fwd_cf`` launch per stride phase of ``dx`` that has taps (:func:`bwd_data_phases`: offered where
+    it has some), on the flipped copy of the weight where it has several taps (as :func:`_implicit_gemm_cf`).
+    Where some phases have none (:func:`bwd_data_zeros`), ``dx`` is zeroed first: one fill at the copy rate,
+    where a launch per such phase would write every stride-th element, a fraction of each memory sector."""
     g = Geometry.of(problem)
-    phases = bwd_data_phases(g)
+    phases = bwd_data_phases(g, leave_zeros=True)
     assert phases, "the data gradient has no stride phases to run as forward convolutions"
     packed = g.r * g.s > 1
     launches = tuple(_cf_forward_launch(problem, config, tab, phase.geometry,
                                         packed_weight(problem, phase) if packed else flipped_weight(problem, phase),
                                         phase.first, g.stride) for phase in phases)
-    return Plan(kernel, config, 1, launches, weight_form=WEIGHT_FORMS[1] if packed else "")
+    return Plan(kernel, config, 1, launches, zero="out" if bwd_data_zeros(g) else None,
+                weight_form=WEIGHT_FORMS[1] if packed else "")
 
 
 def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:

@@ -9,7 +9,7 @@ wide GEMMs whose reduction is long. To fill the GPU the reduction is split into 
 ranges of ``PIX_PER_SPLIT`` pixels (a multiple of ``BLOCK_K``), one per ``program_id(2)``:
 
 - deterministic: :func:`conv_bwd_weight_partial` stores each split's float32 partial tile into its own
-  slice of a workspace, and :func:`reduce_splits` sums the slices in split order and casts: the same
+  slice of a workspace, and :func:`reduce_splits` sums the slices in a fixed order and casts: the same
   bits on every run. With one split the partial kernel writes the result directly (no workspace).
 - atomics (``ATOMIC``): every split adds its tile into one float32 buffer with ``tl.atomic_add``;
   faster to finish, but the order of the additions, and so the last bits, vary between runs.
@@ -80,15 +80,25 @@ def conv_bwd_weight_partial(
 
 
 @triton.jit
-def reduce_splits(ws_ptr, out_ptr, NUMEL, SPLITS, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
-    """``out[e] = sum_{s < SPLITS} ws[s*NUMEL + e]`` in split order, cast to ``out``'s dtype.
+def reduce_splits(ws_ptr, out_ptr, NUMEL, SPLITS, BLOCK: tl.constexpr, SPLIT_ROWS: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """``out[e] = sum_{s < SPLITS} ws[s*NUMEL + e]``, cast to ``out``'s dtype.
 
     ``ws`` holds ``SPLITS`` float32 copies of the result laid out like ``out`` (dense), so the
     reduction is flat; with ``SPLITS = 1`` it is the cast of the atomics variant's float32 buffer.
+    A program owns ``BLOCK // SPLIT_ROWS`` elements and loads ``SPLIT_ROWS`` splits of them at once: a
+    small weight (64 x 64) summed a split at a time left a few programs waiting on one load after another.
+    With at least 512 elements a row, four warps hold every row of their elements, so the sum over the rows
+    stays in each thread. The order of the additions is fixed by the tile's shape: the same bits on every run.
     """
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    COLUMNS: tl.constexpr = BLOCK // SPLIT_ROWS
+    offs = tl.program_id(0) * COLUMNS + tl.arange(0, COLUMNS)
     ok = offs < NUMEL
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for split in range(0, SPLITS):
-        acc += tl.load(ws_ptr + split * NUMEL + offs, mask=ok, other=0.0)
+    rows = tl.arange(0, SPLIT_ROWS)
+    acc = tl.zeros((COLUMNS,), dtype=tl.float32)
+    for first in range(0, SPLITS, SPLIT_ROWS):
+        split = first + rows
+        tile = tl.load(ws_ptr + split[:, None] * NUMEL + offs[None, :], mask=(split < SPLITS)[:, None] & ok[None, :],
+                       other=0.0)
+        acc += tl.sum(tile, axis=0)
     tl.store(out_ptr + offs, cast_for_store(acc, out_ptr, INTERPRET), mask=ok)

@@ -32,11 +32,12 @@ channel, then the taps), and the result's pixels through an offset and two strid
 (``DENSE_Y``), so the host runs the data gradient through the same kernel, one launch per stride phase
 of ``dx`` (``plan.bwd_data_phases``): each phase is a stride-1 convolution of ``dy`` with the phase's taps
 of the weight, transposed (``o`` = input channel, ``i`` = output channel) and flipped, writing every
-stride-th pixel of ``dx`` from the phase's first.
+stride-th pixel of ``dx`` from the phase's first. A phase without taps (a 1x1 filter at stride 2) has no
+launch: the host zeroes ``dx`` first.
 
 :func:`conv_bwd_weight_cf` computes one split of the weight gradient per tap: ``dw[k, c] += dy[k, j] @
 x[j, c]`` over the pixel blocks of its range (blocks never straddle two images), each split's float32
-tile into its own workspace slice; ``bwd_weight.reduce_splits`` sums the slices in order.
+tile into its own workspace slice; ``bwd_weight.reduce_splits`` sums the slices in a fixed order.
 """
 
 import triton

@@ -51,7 +51,7 @@ Kernels:
   float32 accumulator (the ``dy`` chunk is loaded once and reused by every tap; the input is gathered
   per tap, from cache) and sums the pixel axis once at the end. Each split stores its partial into its own slice of a
   float32 workspace (or the result itself when there is one split); ``bwd_weight.reduce_splits`` then
-  adds the slices in split order: deterministic.
+  adds the slices in a fixed order: deterministic.
 
 bfloat16 under the interpreter: there is no ``tl.dot`` here, so only the store needs the workaround
 (``cast_for_store`` rounds to nearest even when ``INTERPRET``).

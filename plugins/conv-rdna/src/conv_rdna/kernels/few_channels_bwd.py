@@ -3,7 +3,7 @@
 Weight gradients: two kernels with the split reduction of :mod:`.bwd_weight` (``program_id(2)`` owns a
 contiguous range of ``PIX_PER_SPLIT`` pixels, a multiple of ``BLOCK_K``; each split stores its float32
 partial tile into its own workspace slice, laid out like ``dw``, and ``bwd_weight.reduce_splits`` sums the
-slices in split order: deterministic; with one split the partial is the result). Every tensor is addressed
+slices in a fixed order: deterministic; with one split the partial is the result). Every tensor is addressed
 through its strides (NCHW and NHWC in place; 1D runs as ``H = 1``); the group is ``program_id(1)``.
 Data gradients need no kernel of their own: see the end.
 
