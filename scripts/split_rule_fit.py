@@ -17,7 +17,6 @@ import dataclasses
 import itertools
 import json
 import math
-import re
 import sys
 
 from conv_core.problem import ConvProblem
@@ -35,18 +34,13 @@ def probed_time(times: dict[str, float], config: str, split: int) -> float:
     return splits[nearest]
 
 
-def parse_config(name: str) -> configs.TileConfig:
-    """The tile configuration named ``name`` (``configs.TileConfig.name``: ``m128n64k32g8w4s2``)."""
-    return configs.TileConfig(*map(int, re.fullmatch(r"m(\d+)n(\d+)k(\d+)g(\d+)w(\d+)s(\d+)", name).groups()))
-
-
 def rule_cost(rows: list[dict], kernel: str, tab: configs.ArchTable, rule: configs.SplitRule) -> tuple[float, float]:
     """(geomean, worst) over ``rows`` of the time ``rule`` gives over the fastest probed time."""
     ruled = dataclasses.replace(tab, split=rule)
     ratios = []
     for row in rows:
         problem = ConvProblem.from_key(row["key"])
-        config = parse_config(row["shipped"].rsplit("x", 1)[0])
+        config = configs.TileConfig.from_name(row["shipped"].rsplit("x", 1)[0])
         split = plan.make_plan(problem, kernel, config, ruled).split
         ratios.append(probed_time(row["times"], config.name, split) / min(row["times"].values()))
     return math.exp(sum(map(math.log, ratios)) / len(ratios)), max(ratios)

@@ -69,6 +69,12 @@ def test_shared_memory_of_every_configuration_fits(name):
                 assert config.shared_bytes(dtype) <= limit, (name, family, config.name, dtype)
 
 
+def test_tile_configurations_are_read_back_from_their_names():
+    tiles = {c for tab in map(configs.table, TABLES) for family in tab.families for c in tab.configs(family)
+             if isinstance(c, configs.TileConfig)}
+    assert tiles and all(configs.TileConfig.from_name(c.name) == c for c in tiles)
+
+
 def test_limits_come_from_conv_core():
     assert configs.shared_memory_limit("gfx1100") == spec("gfx1100").shared_memory_bytes
     assert configs.shared_memory_limit("sm_90") == spec("sm_90").shared_memory_bytes

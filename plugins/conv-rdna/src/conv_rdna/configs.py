@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -111,6 +112,11 @@ class TileConfig:
         """Stable short name, part of the kernel id: ``m128n64k32g8w4s2``."""
         return (f"m{self.block_m}n{self.block_n}k{self.block_k}g{self.group_m}"
                 f"w{self.num_warps}s{self.num_stages}")
+
+    @classmethod
+    def from_name(cls, name: str) -> TileConfig:
+        """The configuration called ``name`` (:attr:`name`), for tools that read kernel ids back."""
+        return cls(*map(int, re.fullmatch(r"m(\d+)n(\d+)k(\d+)g(\d+)w(\d+)s(\d+)", name).groups()))
 
     def shared_bytes(self, dtype: str) -> int:
         """Upper bound of the shared memory (LDS) the kernel needs with inputs of ``dtype``.
