@@ -46,6 +46,7 @@ def layer_facts(row: dict, backend: str) -> dict:
             "aten_us": aten, "kernel": kernel, "us": us, "speedup": aten / us if us else None,
             "picked": row["picked"], "picked_us": row["picked_us"],
             "picked_speedup": aten / row["picked_us"] if row["picked_us"] else None,
+            "picked_fastest": row["picked"] == row["fastest"], "picked_over_fastest": row["picked_over_fastest"],
             "compute_us": compute_us, "memory_us": memory_us, "memory_bound": memory_us >= compute_us,
             "channels": min(problem.in_channels, problem.out_channels)}
 
@@ -66,8 +67,16 @@ def table(facts: list[dict]) -> list[str]:
     return lines
 
 
+def ranking_accuracy(facts: list[dict]) -> str:
+    """How well the ranking's first choice matches the fastest measured candidate (the issue asks for both)."""
+    hits = sum(f["picked_fastest"] for f in facts)
+    ratio = geomean([f["picked_over_fastest"] for f in facts])
+    return (f"- the ranking's first choice was the fastest measured candidate on {hits}/{len(facts)} layers; "
+            f"geomean time chosen / fastest: {fmt(ratio, 3)}")
+
+
 def verdicts(facts: list[dict], args) -> list[str]:
-    """The four targets, each with the numbers behind it."""
+    """The four targets, each with the numbers behind it, then the ranking's accuracy."""
     out = []
     memory = [f for f in facts if f["memory_bound"] and f["channels"] <= args.few_channels]
     low = [f for f in memory if (f["speedup"] or 0) < args.memory_target]
@@ -89,6 +98,7 @@ def verdicts(facts: list[dict], args) -> list[str]:
                f"{args.ranking_slack:.0%}: {len(slow)}/{len(facts)}"
                + (" (" + "; ".join(f"{f['layer']} {f['direction']} {f['layout']} {fmt(f['picked_speedup'], 2, 'x')}"
                                    for f in slow) + ")" if slow else ""))
+    out.append(ranking_accuracy(facts))
     return out
 
 

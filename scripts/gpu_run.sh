@@ -4,6 +4,11 @@
 #   core : conv-core's GPU checks (aten vs F.conv2d, torch.compile, CUDA graphs, host overhead),
 #          the conformance kit on aten, and the ResNet-50 forward bench with its chart
 #   check:NAME : the conformance kit on backend NAME, then its candidates on the suites' real sizes
+#   verify:NAME : every GPU correctness check of backend NAME at once, as parallel processes (compilation is the
+#          slow part and uses the CPUs): CUDA pytest of its tests in two halves (not the
+#          ahead-of-time compilation, which CI runs), the conformance kit, and the suite
+#          checks (gpu_suite_checks.py) by direction and layout; each under `timeout ${VERIFY_S:-540}`, outputs
+#          packed into OUT_DIR/verify_NAME.tgz
 #   bench:NAME : the suites benchmarked in every direction and layout (no tuning database) and the
 #                target report; raw files packed into OUT_DIR/bench_NAME.tgz (the device returns few files)
 #   tune:NAME  : `conv-core tune` over the same suites, split into the tables NAME and aten ship,
@@ -43,6 +48,29 @@ for stage in "$@"; do
       python3 scripts/gpu_suite_checks.py --backend "$name" --out "$out" \
         --suites resnet50:2,sd_vae_decoder:1,retinanet_head:1 ${SUITE_CHECK_ARGS:-} \
         2>&1 | tee "$out/suite_checks_$name.txt" || status=1
+      ;;
+    verify:*)
+      name=${stage#verify:}
+      work=$(mktemp -d)
+      tests=($(ls plugins/conv-$name/tests/test_*.py | grep -v test_compile.py))  # compilation for all targets: CI's
+      half=$(( ${#tests[@]} / 2 ))
+      lim=${VERIFY_S:-540}
+      CONV_RDNA_TEST_DEVICE=cuda timeout "$lim" python3 -m pytest -v -p no:cacheprovider "${tests[@]:0:$half}" \
+        > "$work/pytest_a.txt" 2>&1 &
+      CONV_RDNA_TEST_DEVICE=cuda timeout "$lim" python3 -m pytest -v -p no:cacheprovider "${tests[@]:$half}" \
+        > "$work/pytest_b.txt" 2>&1 &
+      timeout "$lim" conv-core check --device cuda --backend "$name" --dtypes bf16,fp16,fp32 > "$work/check.txt" 2>&1 &
+      for direction in fwd bwd_data bwd_weight; do
+        for layout in nhwc nchw; do
+          mkdir -p "$work/suite_${direction}_$layout"
+          timeout "$lim" python3 scripts/gpu_suite_checks.py --backend "$name" --out "$work/suite_${direction}_$layout" \
+            --suites "${VERIFY_SUITES:-retinanet_head:1,sd_vae_decoder:1,resnet50:8}" --directions $direction \
+            --layouts $layout --dtypes bf16,fp16 > "$work/suite_${direction}_$layout.txt" 2>&1 &
+        done
+      done
+      wait
+      tail -n 3 "$work"/pytest_*.txt "$work"/check.txt "$work"/suite_*.txt
+      tar czf "$out/verify_$name.tgz" -C "$work" .
       ;;
     bench:*)
       name=${stage#bench:}

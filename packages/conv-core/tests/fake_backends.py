@@ -1,5 +1,7 @@
 """Small in-test backends, loaded through real EntryPoint objects by test_registry.py."""
 
+import contextlib
+
 import torch
 
 from conv_core import BackendInfo, Candidate, Declined, hookimpl
@@ -30,6 +32,7 @@ class Backend:
 GOOD = Backend("good", estimate_us=1.0)
 SLOW = Backend("slow", estimate_us=1e9)
 EXPERIMENTAL = Backend("fancy", estimate_us=1e-3, tags=("experimental",))
+ATOMIC = Backend("atomic", estimate_us=1e-6, tags=("atomics", "cuda_graph_safe"))  # the fastest estimate
 
 
 class Raising(Backend):
@@ -70,3 +73,15 @@ raise_on_import = None
 
 def device():
     return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def deterministic_algorithms():
+    """``torch.use_deterministic_algorithms(True)`` for the block; the previous mode is restored after it."""
+    before = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=warn_only)

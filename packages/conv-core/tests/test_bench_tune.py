@@ -33,8 +33,9 @@ POINTWISE = ConvProblem("fwd", 2, 8, 4, (5, 5), (1, 1), 1, 0, 1, dtype="float32"
 class Plugin:
     """A backend with one candidate; ``run`` and the estimate decide how it misbehaves."""
 
-    def __init__(self, name, run, estimate_us=1e-3, declines=None):
+    def __init__(self, name, run, estimate_us=1e-3, declines=None, tags=()):
         self.name, self.run, self.estimate_us, self.declines = name, run, estimate_us, declines
+        self.tags = frozenset(tags)
 
     @hookimpl
     def conv_core_backend_info(self):
@@ -45,7 +46,7 @@ class Plugin:
         if self.declines:
             return [Declined(self.name, self.declines)]
         run = functools.partial(self.run, problem)
-        return [Candidate(self.name, "k", "c", run, estimate_us=self.estimate_us)]
+        return [Candidate(self.name, "k", "c", run, estimate_us=self.estimate_us, tags=self.tags)]
 
 
 def zeros_run(problem, *operands, out=None):
@@ -89,7 +90,8 @@ def raising_backend():
 def isolate(tmp_path, monkeypatch):
     """A private tuning database and a fresh process-wide engine (monkeypatch restores the old one)."""
     monkeypatch.setenv("CONV_CORE_TUNING_DB", str(tmp_path / "tuning.json"))
-    for name in ("CONV_CORE_BACKEND", "CONV_CORE_BENCHMARK", "CONV_CORE_PLUGINS", "CONV_CORE_DISABLE_PLUGINS"):
+    for name in ("CONV_CORE_BACKEND", "CONV_CORE_BENCHMARK", "CONV_CORE_PLUGINS", "CONV_CORE_DISABLE_PLUGINS",
+                 "CONV_CORE_NONDETERMINISTIC"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(engine_module, "_engine", None)
 

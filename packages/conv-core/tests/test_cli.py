@@ -65,6 +65,15 @@ def test_info(capsys):
     assert data["tuning_db"]["entries"] == 0 and data["versions"]["torch"]
 
 
+def test_info_reports_the_nondeterministic_setting(capsys, monkeypatch):
+    key = "non-deterministic by time (CONV_CORE_NONDETERMINISTIC)"
+    code, out, _ = run(capsys, "info", "--json")
+    assert code == 0 and json.loads(out)["settings"][key] is False
+    monkeypatch.setenv("CONV_CORE_NONDETERMINISTIC", "1")
+    code, out, _ = run(capsys, "info")
+    assert code == 0 and f"  {key}: True" in out
+
+
 # ---- explain -------------------------------------------------------------------------------------------
 
 

@@ -81,3 +81,29 @@ def test_describe_shape_is_compact():
     p = ConvProblem("fwd", 1, 8, 8, (9, 7), (3, 1), (2, 1), ((1, 0), (0, 0)), 2, groups=4)
     assert describe_shape(p) == "n1 c8 k8 i9x7 f3x1 s2x1 p1.0x0.0 g4 d2"
     assert describe_shape(TINY) == "n2 c4 k8 i6x6 f3x3 s1 p1"
+
+
+def test_explain_shows_atomics_excluded_in_deterministic_mode(monkeypatch):
+    from fake_backends import deterministic_algorithms
+    from test_bench_tune import zeros_run
+
+    use_backends(monkeypatch, atomic=Plugin("atomic", zeros_run, estimate_us=1e-6, tags={"atomics"}))
+    e = explain(TINY, device=CPU)
+    assert e.picked == "aten:native:default" and [r.kernel for r in e.rows][-1] == "atomic:k:c" and not e.excluded
+    why = "non-deterministic (atomics) while torch.use_deterministic_algorithms is on"
+    with deterministic_algorithms():
+        e = explain(TINY, device=CPU)
+        alone = explain(TINY, device=CPU, backend="atomic")  # no candidate left: a fresh ranking says why
+    assert [r.kernel for r in e.rows] == ["aten:native:default"] and e.excluded == [("atomic:k:c", why)]
+    assert f"excluded:\n  atomic:k:c: {why}" in str(e)
+    assert alone.picked is None and alone.excluded == [("atomic:k:c", why)] and why in str(alone)
+
+
+def test_explain_notes_the_nondeterministic_setting(monkeypatch):
+    from test_bench_tune import zeros_run
+
+    monkeypatch.setenv("CONV_CORE_NONDETERMINISTIC", "1")
+    use_backends(monkeypatch, atomic=Plugin("atomic", zeros_run, estimate_us=1e-6, tags={"atomics"}))
+    e = explain(TINY, device=CPU)
+    assert e.picked == "atomic:k:c"
+    assert any("CONV_CORE_NONDETERMINISTIC" in note for note in e.notes) and "CONV_CORE_NONDETERMINISTIC" in str(e)

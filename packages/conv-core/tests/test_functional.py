@@ -146,3 +146,59 @@ def test_double_backward_gradient_penalty():
         return torch.autograd.grad(gx.square().sum(), (x, w))
 
     torch.testing.assert_close(penalty(conv_core.conv2d), penalty(F.conv2d))
+
+
+class AtomicBackend:
+    """Offers a fast ``atomics`` candidate for the forward and the weight gradient, counting its runs."""
+
+    def __init__(self):
+        self.runs = []
+
+    @conv_core.hookimpl
+    def conv_core_backend_info(self):
+        return conv_core.BackendInfo("atomic", "1.0", ("cpu",), "test backend")
+
+    @conv_core.hookimpl
+    def conv_core_candidates(self, problem, device):
+        if problem.direction == "bwd_data":
+            return [conv_core.Declined("atomic", "no data gradient")]
+        geometry = dict(stride=problem.stride, padding=problem.symmetric_padding, dilation=problem.dilation,
+                        groups=problem.groups)
+
+        def run(a, b, bias=None, *, out=None):
+            self.runs.append(problem.direction)
+            if problem.direction == "fwd":
+                result = F.conv2d(a, b, bias, **geometry)
+            else:
+                result = torch.nn.grad.conv2d_weight(a, problem.result_shape, b, **geometry)
+            return result if out is None else out.copy_(result)
+
+        return [conv_core.Candidate("atomic", "k", "c", run, estimate_us=1e-6, tags=frozenset({"atomics"}))]
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_cached_calls_follow_the_deterministic_mode(tmp_path, monkeypatch, allowed):
+    from fake_backends import deterministic_algorithms
+    from test_bench_tune import isolate, use_backends
+
+    isolate(tmp_path, monkeypatch)
+    if allowed:
+        monkeypatch.setenv("CONV_CORE_NONDETERMINISTIC", "1")
+    backend = AtomicBackend()
+    use_backends(monkeypatch, atomic=backend)
+    x, w, b = tensors(2, grad=True)
+
+    def step(expected_runs):
+        with torch.no_grad():
+            torch.testing.assert_close(conv_core.conv2d(x, w, b, padding=1, groups=2),
+                                       F.conv2d(x, w, b, padding=1, groups=2))
+        (gw,) = torch.autograd.grad(conv_core.conv2d(x, w, b, padding=1, groups=2).sum(), w)
+        (expected,) = torch.autograd.grad(F.conv2d(x, w, b, padding=1, groups=2).sum(), w)
+        torch.testing.assert_close(gw, expected)
+        assert backend.runs == expected_runs
+
+    both = ["fwd", "fwd", "bwd_weight"]  # the no-grad forward, the forward with grad, the weight gradient
+    step(both if allowed else [])  # without the setting aten's (untagged) candidate comes first
+    with deterministic_algorithms():
+        step(both if allowed else [])  # the calls cached above are not reused: atomics are excluded here
+    step(both * 2 if allowed else [])  # and the first mode's choice is back afterwards

@@ -20,7 +20,7 @@ def ep(name, attr):
 
 def settings(tmp_path, **changes):
     fields = dict(allow=None, block=frozenset(), force_backend=None, trace=False,
-                  tuning_db=tmp_path / "db.json", benchmark=False)
+                  tuning_db=tmp_path / "db.json", benchmark=False, nondeterministic=False)
     fields.update(changes)
     return Settings(**fields)
 
@@ -82,6 +82,61 @@ def test_ranking_orders_by_time_then_id_and_experimental_last(tmp_path):
     assert ids[0] == "good:k:c" and ids[-2:] == ["slow:k:c", "fancy:k:c"]
     assert ids == [r.kernel_id for r in engine(tmp_path, [ep("good", "GOOD"), ep("slow", "SLOW"),
                                                           ep("fancy", "EXPERIMENTAL")]).ranking(PROBLEM, CPU).ranked]
+
+
+NONDETERMINISTIC_WHY = "non-deterministic (atomics) while torch.use_deterministic_algorithms is on"
+
+
+def test_atomics_rank_after_slower_deterministic_candidates_by_default(tmp_path):
+    e = engine(tmp_path, [ep("atomic", "ATOMIC"), ep("slow", "SLOW"), ep("fancy", "EXPERIMENTAL")])
+    ranked = e.ranking(PROBLEM, CPU).ranked
+    times = {r.kernel_id: r.us for r in ranked}
+    assert times["atomic:k:c"] < min(times["slow:k:c"], times["aten:native:default"])
+    # fastest, yet after every candidate without the tag (experimental ones still come last)
+    assert [r.kernel_id for r in ranked] == ["aten:native:default", "slow:k:c", "atomic:k:c", "fancy:k:c"]
+
+
+def test_nondeterministic_setting_ranks_atomics_by_time(tmp_path):
+    e = engine(tmp_path, [ep("atomic", "ATOMIC"), ep("slow", "SLOW"), ep("fancy", "EXPERIMENTAL")],
+               nondeterministic=True)
+    ids = [r.kernel_id for r in e.ranking(PROBLEM, CPU).ranked]
+    assert ids == ["atomic:k:c", "aten:native:default", "slow:k:c", "fancy:k:c"]
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_deterministic_mode_excludes_atomics_whatever_the_setting(tmp_path, allowed):
+    e = engine(tmp_path, [ep("atomic", "ATOMIC"), ep("slow", "SLOW")], nondeterministic=allowed)
+    outside = e.ranking(PROBLEM, CPU)
+    assert "atomic:k:c" in [r.kernel_id for r in outside.ranked] and not outside.excluded
+    with fb.deterministic_algorithms():
+        ranking = e.ranking(PROBLEM, CPU)  # not the ranking cached outside deterministic mode
+        ops = operands()
+        torch.testing.assert_close(e.run(PROBLEM, CPU, ops), torch.nn.functional.conv2d(ops[0], ops[1], padding=1))
+    assert [r.kernel_id for r in ranking.ranked] == ["aten:native:default", "slow:k:c"]
+    assert ranking.excluded == [("atomic:k:c", NONDETERMINISTIC_WHY)]
+    assert e.ranking(PROBLEM, CPU) is outside
+
+
+def test_rank_takes_both_switches_as_arguments(tmp_path):
+    from conv_core.ranking import nondeterministic, rank
+    from conv_core.tuning import Entry, Timings, write_entries
+
+    (atomic,) = fb.ATOMIC.conv_core_candidates(PROBLEM, CPU)
+    (plain,) = fb.GOOD.conv_core_candidates(PROBLEM, CPU)
+    assert nondeterministic(atomic) and not nondeterministic(plain)
+    table = tmp_path / "table.json"
+    write_entries(table, [Entry("any", "cpu", PROBLEM.key, "atomic:k:c", "x", 0.5)])  # a measured time wins too
+    timings = Timings("cpu", "cpu", {}, tmp_path / "none.json", [("atomic", table)])
+
+    def order(**switches):
+        ranking = rank(PROBLEM, [atomic, plain], [], timings, **switches)
+        return [(r.kernel_id, r.source) for r in ranking.ranked], ranking.excluded
+
+    assert order() == ([("good:k:c", "estimate"), ("atomic:k:c", "table:atomic")], [])
+    assert order(allow_nondeterministic=True) == ([("atomic:k:c", "table:atomic"), ("good:k:c", "estimate")], [])
+    for allowed in (False, True):
+        assert order(allow_nondeterministic=allowed, deterministic_mode=True) == (
+            [("good:k:c", "estimate")], [("atomic:k:c", NONDETERMINISTIC_WHY)])
 
 
 def test_ties_break_on_kernel_id(tmp_path):

@@ -13,7 +13,8 @@ from conv_rdna import candidates, configs, plan
 
 TABLES = configs.table_names()
 GPU_TABLES = [name for name in TABLES if name != configs.INTERPRETER]
-FAMILY_DIRECTION = {"implicit_gemm": "fwd", "gemm1x1": "fwd", "bwd_data": "bwd_data", "bwd_weight": "bwd_weight",
+FAMILY_DIRECTION = {"implicit_gemm": "fwd", "conv3x3": "fwd",
+                    "gemm1x1": "fwd", "bwd_data": "bwd_data", "bwd_weight": "bwd_weight",
                     "depthwise_fwd": "fwd", "depthwise_bwd_data": "bwd_data", "depthwise_bwd_weight": "bwd_weight",
                     "few_channels_in": "fwd", "few_channels_out": "fwd", "winograd": "fwd", "implicit_gemm_cf": "fwd",
                     "bwd_weight_cf": "bwd_weight", "few_channels_in_bwd_weight": "bwd_weight",

@@ -237,7 +237,8 @@ def test_only_the_depthwise_kernel_is_offered_for_depthwise_problems(direction, 
         assert ("needs_workspace" in candidate.tags) == (candidate.workspace_bytes > 0)
 
 
-def test_single_input_channel_gets_the_general_kernels_too():
+def test_single_input_channel_gets_the_general_kernels_too(monkeypatch):
+    monkeypatch.setattr(plan, "interpreting", lambda: True)  # CPU candidates, also in the CUDA run of this file
     p = hook_problem(in_channels=1, out_channels=4, groups=1)
     kernels = [c.kernel for c in candidates.candidates(p, CPU)]
     assert "implicit_gemm" in kernels and kernels[-1] == "depthwise_fwd"

@@ -26,6 +26,11 @@ NEW_FAMILIES = ("few_channels_in", "few_channels_out", "depthwise_fwd", "depthwi
                 "few_channels_out_bwd_data")
 
 
+#: The tests that time kernels on CPU tensors: only under the interpreter (CI; conftest.py switches it on).
+#: A CUDA run of this file (``CONV_RDNA_TEST_DEVICE=cuda``) compiles the kernels, which cannot take CPU tensors.
+on_the_cpu = pytest.mark.skipif(not plan.interpreting(), reason="times kernels on CPU tensors: needs the interpreter")
+
+
 def row(family, layer, kernel, raw, us, error=None):
     """A result row as the sweep writes it (the atomic weight gradient is timed but may not win)."""
     return {"family": family, "layer": layer, "kernel": kernel, "raw": raw, "us": us, "error": error,
@@ -159,6 +164,7 @@ def test_families_and_suites_options():
 # ---- gating and timing --------------------------------------------------------------------------------------
 
 
+@on_the_cpu
 @pytest.mark.parametrize("family", NEW_FAMILIES)
 def test_each_new_family_is_gated_and_timed(family):
     """Every configuration of the family's space passes the reference gate on a tiny problem and gets a time;
@@ -174,6 +180,7 @@ def test_each_new_family_is_gated_and_timed(family):
     assert core_sweep.winners(rows) == {family: {layer_key(p): min(rows, key=lambda r: r["us"])["raw"]}}
 
 
+@on_the_cpu
 def test_winograd_is_gated_with_its_error_factor_and_timed_through_its_cache(monkeypatch):
     seen = []
 
@@ -194,6 +201,7 @@ def test_winograd_is_gated_with_its_error_factor_and_timed_through_its_cache(mon
     assert (cache.misses, cache.hits) == (1, 4)  # the gate transforms the weight; warm-up and timing reuse it
 
 
+@on_the_cpu
 def test_a_wrong_result_is_never_a_winner(monkeypatch):
     p = TINY["depthwise_fwd"]
     monkeypatch.setattr(launch, "run", lambda problem, plan, a, *rest, out=None: problem.empty_result(a.device).zero_())
@@ -204,6 +212,7 @@ def test_a_wrong_result_is_never_a_winner(monkeypatch):
     assert core_sweep.winners(rows) == {}
 
 
+@on_the_cpu
 def test_a_configuration_that_cannot_run_is_an_error_row():
     """few_channels_out needs every tap of an output channel in its columns: 25 taps do not fit 16."""
     p = problem(in_channels=16, out_channels=3, filter_size=5, padding=2)

@@ -17,7 +17,8 @@ KNOWN_TAGS = {
     "deterministic": "bitwise the same result on every run with the same inputs",
     "cuda_graph_safe": "can be captured in a CUDA graph (no host sync, no allocation that changes between runs)",
     "needs_workspace": "allocates scratch memory beyond the result (see Candidate.workspace_bytes)",
-    "atomics": "accumulates with atomics; results may differ in the last bits between runs",
+    "atomics": ("accumulates with atomics; results may differ in the last bits between runs; ranked after the "
+                "candidates without it, never under torch.use_deterministic_algorithms (see conv_core.ranking)"),
     "experimental": "not run on hardware by its authors; ranked after every other candidate",
     "interpreted": "runs under Triton's CPU interpreter (slow; for tests)",
     "tf32": "float32 operands are rounded to tf32 in the matrix units (wider tolerance)",

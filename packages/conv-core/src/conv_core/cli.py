@@ -307,6 +307,7 @@ def gather_info() -> dict:
             "forced backend (CONV_CORE_BACKEND)": settings.force_backend or "none",
             "trace (CONV_CORE_TRACE)": settings.trace,
             "first-use benchmark (CONV_CORE_BENCHMARK)": settings.benchmark,
+            "non-deterministic by time (CONV_CORE_NONDETERMINISTIC)": settings.nondeterministic,
             "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("CONV_CORE_")} or "none",
         },
     }

@@ -6,6 +6,9 @@ call is a dictionary lookup and the chosen candidate's launch. If a candidate
 raises when run, the failure is recorded on its backend, the candidate is
 dropped from that problem's ranking, and the next one runs: a broken kernel
 costs speed, never a result.
+
+Rankings are cached per ``torch.are_deterministic_algorithms_enabled()`` too,
+since that switch rules non-deterministic (``atomics``) candidates out.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from . import __version__
 from .arch import device_name
 from .candidate import Candidate
 from .problem import ConvProblem
-from .ranking import Ranked, Ranking, rank
+from .ranking import Ranked, Ranking, nondeterministic, rank
 from .settings import Settings
 from .timing import is_capturing, median_us
 from .tuning import Timings
@@ -38,7 +41,7 @@ class Engine:
 
         self.settings = settings or Settings.from_env()
         self.registry = registry or Registry(self.settings)
-        self._rankings: dict[tuple[str, str, str | None], Ranking] = {}
+        self._rankings: dict[tuple[str, str, str | None, bool], Ranking] = {}
         self._timings: dict[str, Timings] = {}
         #: Hot-path cache of :mod:`conv_core.functional`: call signature -> (problem, ranking).
         self.calls: dict[tuple, tuple[ConvProblem, Ranking]] = {}
@@ -69,23 +72,27 @@ class Engine:
     def ranking(self, problem: ConvProblem, device: torch.device, backend: str | None = None) -> Ranking:
         """The (cached) ranking of ``problem`` on ``device``, restricted to ``backend`` if given."""
         backend = backend or self.settings.force_backend
-        key = (problem.key, str(device), backend)
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        key = (problem.key, str(device), backend, deterministic)
         found = self._rankings.get(key)
         if found is None:
             # Ranked outside the lock: a backend may itself call conv_core while being asked or timed.
             # Two threads racing on one new problem rank it twice and keep the first result.
-            ranking = self._rank(problem, device, backend)
+            ranking = self._rank(problem, device, backend, deterministic)
             with self._lock:
                 found = self._rankings.setdefault(key, ranking)
         return found
 
-    def _rank(self, problem: ConvProblem, device: torch.device, backend: str | None) -> Ranking:
+    def _rank(self, problem: ConvProblem, device: torch.device, backend: str | None,
+              deterministic: bool) -> Ranking:
         candidates, declined = self.registry.candidates(problem, device, only=backend)
         benchmarked, failed = None, {}
-        if self.settings.benchmark and candidates and not is_capturing(device):
-            benchmarked, failed = self._benchmark(problem, device, candidates)
+        timed = [c for c in candidates if not (deterministic and nondeterministic(c))]  # the others are excluded
+        if self.settings.benchmark and timed and not is_capturing(device):
+            benchmarked, failed = self._benchmark(problem, device, timed)
         ranking = rank(problem, [c for c in candidates if c.kernel_id not in failed], declined,
-                       self.timings(device), benchmarked)
+                       self.timings(device), benchmarked, allow_nondeterministic=self.settings.nondeterministic,
+                       deterministic_mode=deterministic)
         ranking.excluded.extend((kernel_id, f"failed when benchmarked: {why}") for kernel_id, why in failed.items())
         if not ranking.ranked:
             reasons = [f"{d.backend}: {d.reason}" for d in ranking.declined]

@@ -137,7 +137,9 @@ def _ranking(engine, problem: ConvProblem, device: torch.device, backend: str | 
     except NoCandidateError:
         only = backend or engine.settings.force_backend
         candidates, declined = engine.registry.candidates(problem, device, only=only)
-        return rank(problem, candidates, declined, engine.timings(device))
+        return rank(problem, candidates, declined, engine.timings(device),
+                    allow_nondeterministic=engine.settings.nondeterministic,
+                    deterministic_mode=torch.are_deterministic_algorithms_enabled())
 
 
 def _notes(engine, problem: ConvProblem, device: torch.device, backend: str | None) -> list[str]:
@@ -152,6 +154,8 @@ def _notes(engine, problem: ConvProblem, device: torch.device, backend: str | No
             notes.append(f"no backend named {forced!r} is installed")
     if engine.settings.benchmark:
         notes.append("CONV_CORE_BENCHMARK is on: untuned candidates are timed on first use")
+    if engine.settings.nondeterministic:
+        notes.append("CONV_CORE_NONDETERMINISTIC is on: candidates tagged atomics are ranked by time")
     arch = device_arch(device)
     if arch != problem.arch:
         notes.append(f"the problem is for {problem.arch} but {device} is {arch}: measured tables of {arch} apply")

@@ -97,7 +97,7 @@ def forward(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, args: C
     calls = get_engine().calls
     layout = detect_layout(x)
     key = (args, x.shape, x.dtype, x.device, w.shape, w.device,
-           None if bias is None else (bias.dtype, bias.device), layout)
+           None if bias is None else (bias.dtype, bias.device), layout, torch.are_deterministic_algorithms_enabled())
     plan = calls.get(key)
     if plan is None:
         plan = calls[key] = _make_plan(args, x, w, bias, layout)
@@ -108,7 +108,8 @@ def _backward(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape, wei
               args: ConvArgs) -> torch.Tensor:
     engine = get_engine()
     dtype = dtype_name(b.dtype if direction == "bwd_data" else a.dtype)
-    key = (direction, args, tuple(input_shape), tuple(weight_shape), dtype, layout, a.device)
+    key = (direction, args, tuple(input_shape), tuple(weight_shape), dtype, layout, a.device,
+           torch.are_deterministic_algorithms_enabled())
     hit = engine.calls.get(key)
     if hit is None:
         problem = args.problem(direction, input_shape, weight_shape, dtype, layout, False, a.device)
@@ -234,7 +235,7 @@ def _convolution(ndim: int, input, weight, bias, stride, padding, dilation, grou
            padding if isinstance(padding, (int, str)) else _frozen(padding),
            dilation if isinstance(dilation, int) else _frozen(dilation), groups, activation, out_dtype, backend,
            input.shape, input.dtype, input.device, weight.shape, weight.dtype, weight.device,
-           None if bias is None else (bias.dtype, bias.device), layout)
+           None if bias is None else (bias.dtype, bias.device), layout, torch.are_deterministic_algorithms_enabled())
     calls = get_engine().calls
     plan = calls.get(key)
     if plan is None:

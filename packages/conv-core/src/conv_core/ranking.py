@@ -7,9 +7,13 @@ Each candidate gets one expected time, from the best source there is:
 3. ``benchmark``: timed on first use, only when the user turned that on;
 4. ``estimate``: the candidate's own prediction.
 
-Candidates are then ordered by (experimental last, time, kernel id), so the
-same problem on the same machine always picks the same kernel. A candidate
-measured as ``broken`` is never ranked.
+Candidates are then ordered by (experimental last, non-deterministic last,
+time, kernel id), so the same problem on the same machine always picks the
+same kernel. A candidate measured as ``broken`` is never ranked.
+
+Non-deterministic candidates (tagged ``atomics``) are excluded while
+``torch.use_deterministic_algorithms`` is on; otherwise they come after every
+candidate without that tag, unless ``CONV_CORE_NONDETERMINISTIC=1`` ranks them by time.
 """
 
 from __future__ import annotations
@@ -48,12 +52,25 @@ class Ranking:
         return self.ranked[0]
 
 
+def nondeterministic(candidate: Candidate) -> bool:
+    """Whether ``candidate`` may give different bits between runs (it accumulates with atomics)."""
+    return "atomics" in candidate.tags
+
+
 def rank(problem: ConvProblem, candidates: list[Candidate], declined: list[Declined], timings: Timings,
-         benchmarked: dict[str, float] | None = None) -> Ranking:
-    """Order ``candidates`` for ``problem``; see the module docstring for the rules."""
+         benchmarked: dict[str, float] | None = None, *, allow_nondeterministic: bool = False,
+         deterministic_mode: bool = False) -> Ranking:
+    """Order ``candidates`` for ``problem``; see the module docstring for the rules.
+
+    ``allow_nondeterministic``: the ``CONV_CORE_NONDETERMINISTIC`` setting;
+    ``deterministic_mode``: ``torch.are_deterministic_algorithms_enabled()``.
+    """
     ranked: list[Ranked] = []
     excluded: list[tuple[str, str]] = []
     for c in candidates:
+        if deterministic_mode and nondeterministic(c):
+            excluded.append((c.kernel_id, "non-deterministic (atomics) while torch.use_deterministic_algorithms is on"))
+            continue
         measured = timings.get(problem.key, c.kernel_id)
         if measured is not None and measured.status != "ok":
             excluded.append((c.kernel_id, f"measured as {measured.status} ({measured.source})"))
@@ -63,5 +80,6 @@ def rank(problem: ConvProblem, candidates: list[Candidate], declined: list[Decli
             ranked.append(Ranked(c, benchmarked[c.kernel_id], "benchmark"))
         else:
             ranked.append(Ranked(c, c.estimate_us, "estimate"))
-    ranked.sort(key=lambda r: ("experimental" in r.candidate.tags, r.us, r.kernel_id))
+    ranked.sort(key=lambda r: ("experimental" in r.candidate.tags,
+                               not allow_nondeterministic and nondeterministic(r.candidate), r.us, r.kernel_id))
     return Ranking(problem, ranked, list(declined), excluded)

@@ -8,6 +8,7 @@
 | ``CONV_CORE_TRACE`` | ``1``: log every ranking decision (``conv_core`` logger, to stderr) |
 | ``CONV_CORE_TUNING_DB`` | path of the tuning database (default ``~/.cache/conv-core/tuning.json``) |
 | ``CONV_CORE_BENCHMARK`` | ``1``: time each new problem's candidates once, on first use (never while capturing) |
+| ``CONV_CORE_NONDETERMINISTIC`` | ``1``: rank ``atomics`` candidates by time (default: after the non-atomics ones) |
 
 Settings are read when the registry loads or a choice is first made; call
 ``conv_core.reset()`` after changing them in a running process.
@@ -39,6 +40,7 @@ class Settings:
     trace: bool
     tuning_db: Path
     benchmark: bool
+    nondeterministic: bool
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -50,4 +52,5 @@ class Settings:
             trace=_flag("CONV_CORE_TRACE"),
             tuning_db=Path(os.environ.get("CONV_CORE_TUNING_DB", default_db)),
             benchmark=_flag("CONV_CORE_BENCHMARK"),
+            nondeterministic=_flag("CONV_CORE_NONDETERMINISTIC"),
         )

@@ -157,7 +157,7 @@ FEW_CHANNELS = {"few_channels_in": "in_channels", "few_channels_out": "out_chann
                 "few_channels_in_bwd_weight": "in_channels", "few_channels_out_bwd_weight": "out_channels",
                 "few_channels_in_bwd_data": "in_channels", "few_channels_out_bwd_data": "out_channels"}
 #: Forward kernels: compiled with a bias and an activation.
-FORWARD_KERNELS = ("implicit_gemm", "gemm1x1", "depthwise_fwd", "implicit_gemm_cf", "few_channels_in",
+FORWARD_KERNELS = ("implicit_gemm", "conv3x3", "gemm1x1", "depthwise_fwd", "implicit_gemm_cf", "few_channels_in",
                    "few_channels_out")
 
 
@@ -184,6 +184,8 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
             return None
         fields.update(filter_size=1, stride=1, padding=0)
     problem = ConvProblem("fwd", **{"stride": 1, "padding": 0, "dilation": 1, **fields})
+    if kernel == "conv3x3" and not plan.three_by_three(problem):
+        return None
     if kernel == winograd.KERNEL:  # only the geometries it is offered for
         return problem.replace(bias=True, activation="gelu") if winograd.applies(problem) else None
     if kernel == winograd_bwd_weight.KERNEL:

@@ -5,6 +5,9 @@ the table picks (:func:`conv_rdna.configs.select`):
 
 =================================  ===============================================================================
 ``implicit_gemm``                  forward, any 1D/2D geometry
+``conv3x3``                        forward of 3x3 filters (any stride, dilation, padding, groups) and their data
+                                   gradient at stride 1: the implicit GEMM with the nine taps unrolled, channels
+                                   outer (:mod:`conv_rdna.kernels.conv3x3`)
 ``gemm1x1``                        forward and data gradient of 1x1 / stride 1 / no-padding convolutions
 ``bwd_data_phased``                data gradient, any 1D/2D geometry
 ``bwd_weight_split``               weight gradient, deterministic split reduction
@@ -124,6 +127,7 @@ def _general_kernels_for(problem: ConvProblem) -> tuple[str, ...]:
     pointwise = (all(k == 1 for k in problem.filter_size) and all(s == 1 for s in problem.stride)
                  and not any(lo or hi for lo, hi in problem.padding))
     kernels = (general, "gemm1x1") if pointwise else (general,)
+    kernels += ("conv3x3",) if plan.three_by_three(problem) else ()
     kernels += _channels_first_kernels_for(problem)
     kernels += plan.few_channels_kernels(problem)  # <= 8 input or output channels per group
     return kernels + ((winograd.KERNEL,) if winograd.applies(problem) else ())

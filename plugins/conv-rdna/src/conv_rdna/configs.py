@@ -64,8 +64,8 @@ WINOGRAD_POINTS = POINTS_N**2
 CHANNELS_FIRST_FAMILIES = ("implicit_gemm_cf", "bwd_weight_cf")
 
 #: Kernel families that take tile configurations from the table.
-FAMILIES = (("implicit_gemm", "gemm1x1", "bwd_data", "bwd_weight") + DEPTHWISE_FAMILIES + FEW_CHANNELS_FAMILIES
-            + WINOGRAD_FAMILIES + CHANNELS_FIRST_FAMILIES)
+FAMILIES = (("implicit_gemm", "conv3x3", "gemm1x1", "bwd_data", "bwd_weight") + DEPTHWISE_FAMILIES
+            + FEW_CHANNELS_FAMILIES + WINOGRAD_FAMILIES + CHANNELS_FIRST_FAMILIES)
 
 #: Conditions a bucket may have (``layouts``: the problem's memory layouts it applies to).
 CONDITIONS = ("max_m", "max_n", "max_red", "dtypes", "layouts")
@@ -381,6 +381,10 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
     pixels_out = problem.batch * math.prod(problem.output_size)
     if family == "implicit_gemm":
         return {"m": pixels_out, "n": cout, "red": cin}
+    if family == "conv3x3":  # the data gradient produces dx
+        if problem.direction == "fwd":
+            return {"m": pixels_out, "n": cout, "red": cin}
+        return {"m": pixels_in, "n": cin, "red": cout}
     if family == "gemm1x1":
         if problem.direction == "fwd":
             return {"m": pixels_out, "n": cout, "red": cin}

@@ -29,6 +29,7 @@ from .kernels.bwd_data import conv_bwd_data_phased
 from .kernels.bwd_weight import conv_bwd_weight_partial, reduce_splits
 from .kernels.channels_first import conv_bwd_weight_cf, conv_fwd_cf
 from .kernels.col2im import conv_col2im
+from .kernels.conv3x3 import conv_fwd_3x3
 from .kernels.depthwise import conv_dw_bwd_data, conv_dw_bwd_weight, conv_dw_fwd
 from .kernels.few_channels import conv_fwd_few_cin, conv_fwd_few_cout
 from .kernels.few_channels_bwd import conv_bwd_weight_few_cin, conv_bwd_weight_few_cout
@@ -44,6 +45,7 @@ GRID_YZ_LIMIT = 65535
 #: Candidate kernels (the ``kernel`` part of the id) -> the configuration family they take.
 KERNELS = {
     "implicit_gemm": "implicit_gemm",
+    "conv3x3": "conv3x3",
     "gemm1x1": "gemm1x1",
     "bwd_data_phased": "bwd_data",
     "bwd_weight_split": "bwd_weight",
@@ -178,7 +180,7 @@ def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
     """The launches of candidate kernel ``kernel`` (a key of :data:`KERNELS`) with ``config``."""
     builder = {"depthwise_fwd": _depthwise_fwd, "depthwise_bwd_data": _depthwise_bwd_data,
                "depthwise_bwd_weight": _depthwise_bwd_weight,
-               "implicit_gemm": _implicit_gemm, "gemm1x1": _gemm1x1, "bwd_data_phased": _bwd_data,
+               "implicit_gemm": _implicit_gemm, "conv3x3": _conv3x3, "gemm1x1": _gemm1x1, "bwd_data_phased": _bwd_data,
                "bwd_weight_split": _bwd_weight, "bwd_weight_atomic": _bwd_weight,
                "few_channels_in": _few_cin, "few_channels_out": _few_cout,
                "few_channels_in_bwd_weight": _few_channels_bwd_weight,
@@ -323,6 +325,27 @@ def _implicit_gemm(problem: ConvProblem, kernel: str, config: TileConfig, tab: A
     grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config, Geometry.of(problem),
                                                              _weight_scalars(problem), _named("sy", sy))
     return Plan(kernel, config, 1, (_launch(conv_fwd_implicit_gemm, grid, pointers, scalars, constexprs, config),))
+
+
+def three_by_three(problem: ConvProblem) -> bool:
+    """Whether ``conv3x3`` runs ``problem``: a 2D 3x3 filter, forward at any stride, or the data gradient at stride 1
+    (then one forward convolution of ``dy``, :func:`bwd_data_phases`)."""
+    return problem.filter_size == (3, 3) and (problem.direction == "fwd"
+                                              or (problem.direction == "bwd_data" and problem.stride == (1, 1)))
+
+
+def _conv3x3(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
+    """``conv_fwd_3x3`` over the problem's forward convolution, or over ``dy`` with the weight transposed and
+    flipped by strides (the stride-1 data gradient's one phase); the filter size is the kernel's constant."""
+    g = Geometry.of(problem)
+    if problem.direction == "fwd":
+        on, weight = g, forward_weight(problem)
+    else:
+        phase = _single_phase(g)
+        on, weight = phase.geometry, flipped_weight(problem, phase)
+    grid, pointers, scalars, constexprs = _forward_gemm_args(problem, config, on, weight, phase_output(problem))
+    del scalars["R"], scalars["S"]
+    return Plan(kernel, config, 1, (_launch(conv_fwd_3x3, grid, pointers, scalars, constexprs, config),))
 
 
 def _gemm1x1(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:

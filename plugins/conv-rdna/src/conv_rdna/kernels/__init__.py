@@ -1,6 +1,7 @@
 """The Triton kernels, one module per family.
 
 - :mod:`.implicit_gemm`: forward convolution as an implicit GEMM (any filter, stride, dilation, padding, groups);
+- :mod:`.conv3x3`: the implicit GEMM of 3x3 filters, taps unrolled by the compiler (forward, stride-1 data gradient);
 - :mod:`.gemm1x1`: 1x1 / stride 1 / no padding convolutions, forward and data gradient, as a plain GEMM;
 - :mod:`.bwd_data`: data gradient, decomposed by stride phase so that no tap is wasted;
 - :mod:`.bwd_weight`: weight gradient with a split reduction (per-split partials or atomics) and the

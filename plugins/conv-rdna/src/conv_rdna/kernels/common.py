@@ -61,6 +61,23 @@ def add_bias_and_activate(acc, bias_ptr, offs_n, n_ok, HAS_BIAS: tl.constexpr, A
 
 
 @triton.jit
+def forward_tile(BATCH, P, Q, K_G, STRIDE_H, STRIDE_W, PAD_H, PAD_W, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 GROUP_M: tl.constexpr):
+    """This program's tile of a forward implicit GEMM (``program_id(0)``, in ``GROUP_M`` row sweeps). Rows:
+    output pixels ``(n, p, q)`` of the whole batch (flat ``offs_m``, real where ``m_ok``) and the top-left input
+    pixel ``(h0, w0)`` of each one's window, decoded once; columns: produced channels ``offs_n`` of the group
+    (real where ``n_ok``)."""
+    M = BATCH * P * Q
+    pid_m, pid_n = swizzle(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K_G, BLOCK_N), GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = offs_m % Q
+    p = (offs_m // Q) % P
+    n = offs_m // (Q * P)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return offs_m, offs_m < M, n, p, q, p * STRIDE_H - PAD_H, q * STRIDE_W - PAD_W, offs_n, offs_n < K_G
+
+
+@triton.jit
 def weight_grad_tile(K_G, C_G, R, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The ``[output channels, input channels]`` tile of one tap that a weight-gradient program computes:
     ``program_id(0)`` enumerates (tap, input-channel tile, output-channel tile), output-channel tiles fastest,

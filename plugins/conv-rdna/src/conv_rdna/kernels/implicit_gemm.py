@@ -21,7 +21,7 @@ place. 1D convolutions run as ``H = 1``.
 import triton
 import triton.language as tl
 
-from .common import add_bias_and_activate, cast_for_store, mma, swizzle
+from .common import add_bias_and_activate, cast_for_store, forward_tile, mma
 
 
 @triton.jit
@@ -35,20 +35,8 @@ def conv_fwd_implicit_gemm(
     INTERPRET: tl.constexpr,
 ):
     g = tl.program_id(1)
-    M = BATCH * P * Q
-    pid_m, pid_n = swizzle(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K_G, BLOCK_N), GROUP_M)
-
-    # Rows of the tile: output pixels (n, p, q) and the top-left input pixel of their window.
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    m_ok = offs_m < M
-    q = offs_m % Q
-    p = (offs_m // Q) % P
-    n = offs_m // (Q * P)
-    h0 = p * STRIDE_H - PAD_H
-    w0 = q * STRIDE_W - PAD_W
-    # Columns: output channels of the group.
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < K_G
+    offs_m, m_ok, n, p, q, h0, w0, offs_n, n_ok = forward_tile(BATCH, P, Q, K_G, STRIDE_H, STRIDE_W, PAD_H, PAD_W,
+                                                               BLOCK_M, BLOCK_N, GROUP_M)
     offs_c = tl.arange(0, BLOCK_K)
 
     x_rows = x_ptr + g * C_G * sxc + n * sxn  # [BLOCK_M] start of each pixel's image
