@@ -7,18 +7,12 @@ kernel takes (forward at any stride, the data gradient at stride 1), both layout
 
 from __future__ import annotations
 
-import math
-import os
-
 import pytest
 import torch
 from conv_core.problem import ConvProblem
-from conv_core.reference import compare, random_operands
-from conv_rdna import candidates, configs, launch, plan
-
-DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
-SMALL = configs.TileConfig(16, 16, 16, 2, 4, 1)
-LAYOUTS = ("channels_first", "channels_last")
+from conv_rdna import candidates, plan
+from test_kernels import LAYOUTS
+from test_kernels import check as check_kernel
 
 
 def conv(direction="fwd", **fields) -> ConvProblem:
@@ -28,13 +22,8 @@ def conv(direction="fwd", **fields) -> ConvProblem:
 
 
 def check(problem: ConvProblem, seed: int = 0):
-    """``conv3x3`` on random operands into a NaN-poisoned result, compared with the reference."""
-    p = plan.make_plan(problem, "conv3x3", SMALL, configs.table(configs.INTERPRETER))
-    operands = random_operands(problem, DEVICE, seed)
-    out = problem.empty_result(DEVICE).fill_(math.nan)
-    assert launch.run(problem, p, *operands, out=out) is out
-    result = compare(problem, out, operands)
-    assert result.ok, result.message
+    """``conv3x3`` with 16x16x16 tiles into a NaN-poisoned result, compared with the reference."""
+    check_kernel(problem, "conv3x3", seed=seed)
 
 
 FORWARD = {

@@ -381,11 +381,7 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
     pixels_out = problem.batch * math.prod(problem.output_size)
     if family == "implicit_gemm":
         return {"m": pixels_out, "n": cout, "red": cin}
-    if family == "conv3x3":  # the data gradient produces dx
-        if problem.direction == "fwd":
-            return {"m": pixels_out, "n": cout, "red": cin}
-        return {"m": pixels_in, "n": cin, "red": cout}
-    if family == "gemm1x1":
+    if family in ("gemm1x1", "conv3x3"):  # the forward, or the data gradient (which produces dx)
         if problem.direction == "fwd":
             return {"m": pixels_out, "n": cout, "red": cin}
         return {"m": pixels_in, "n": cin, "red": cout}
