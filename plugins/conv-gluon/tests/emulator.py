@@ -179,6 +179,9 @@ def run_bwd_weight(wplan: WeightGradPlan, problem, x: torch.Tensor, dy: torch.Te
     for unit in range(s["NUM_UNITS"]):
         split, g, tap, pid_m, pid_n = tiling.unit_coords(unit, s["TILES_M"], s["TILES_N"], s["TAPS"], s["GROUPS"],
                                                          dict(wplan.constexprs)["GROUP_M"])
+        if wplan.rows > 1:
+            _filter_column_unit(wplan, xf, dym, target, split, g, tap, pid_m, pid_n)
+            continue
         acc = torch.zeros(wplan.config.block_m, wplan.config.block_n, dtype=torch.float64)
         for step in tiling.split_range(split, s["STEPS"], s["SPLIT_STEPS"]):
             a, b = _weight_grad_tiles(wplan, xf, dym, g, tap, pid_m, pid_n, step)
@@ -187,6 +190,28 @@ def run_bwd_weight(wplan: WeightGradPlan, problem, x: torch.Tensor, dy: torch.Te
     out = _sum_splits(wplan, target) if wplan.split else target
     k, c = problem.weight_shape[:2]
     return out.view(k, *problem.filter_size, c).movedim(-1, 1).to(torch_dtype(problem.result_dtype))
+
+
+def _filter_column_unit(wplan: WeightGradPlan, xf, dym, target, split, g, column, pid_m, pid_n) -> None:
+    """A unit of ``bwd_weight_rows_box``: per step the dy box and the two x boxes stacked below each other
+    (the second ``BOX_H`` rows further), then, as ``kernels/bwd_weight._rows_step`` issues them, every box row
+    ``j`` of dy against the x row ``r * DIL_H + j`` for each filter row ``r``; the three tiles stored at taps
+    ``(r, column)``."""
+    s, c = dict(wplan.scalars), dict(wplan.constexprs)
+    box_h, box_w, dil = c["BOX_H"], c["BOX_W"], c["ROW_DIL"]
+    assert dil == s["DIL_H"] and box_h >= (wplan.rows - 1) * dil, "two boxes must hold the column's rows"
+    accs = [torch.zeros(wplan.config.block_m, wplan.config.block_n, dtype=torch.float64) for _ in range(wplan.rows)]
+    for step in tiling.split_range(split, s["STEPS"], s["SPLIT_STEPS"]):
+        a, x_lo = _weight_grad_tiles(wplan, xf, dym, g, column, pid_m, pid_n, step)
+        _, x_hi = _weight_grad_tiles(wplan, xf, dym, g, column, pid_m, pid_n, step, row_shift=box_h)
+        stacked = torch.cat([x_lo, x_hi])
+        for j in range(box_h):
+            a_j = a[j * box_w:(j + 1) * box_w]
+            for r, acc in enumerate(accs):
+                t = r * dil + j
+                acc += a_j.T @ stacked[t * box_w:(t + 1) * box_w]
+    for r, acc in enumerate(accs):
+        _store_partial(wplan, target, acc, split, g, r * s["S"] + column, pid_m, pid_n)
 
 
 def _sum_splits(wplan: WeightGradPlan, ws: torch.Tensor) -> torch.Tensor:
@@ -207,13 +232,15 @@ def _tma_start_aligned(channel: int, dtype: str, what: str) -> None:
     assert channel * element_size(dtype) % 16 == 0, f"{what} box starts at channel {channel}: not 16-byte aligned"
 
 
-def _weight_grad_tiles(wplan: WeightGradPlan, xf, dym, g, tap, pid_m, pid_n, step):
+def _weight_grad_tiles(wplan: WeightGradPlan, xf, dym, g, tap, pid_m, pid_n, step, row_shift=0):
     """The ``dy`` tile ``[BLOCK_K, BLOCK_M]`` and the ``x`` tile ``[BLOCK_K, BLOCK_N]`` of one k-step, as the
-    producer brings them (TMA bounds, or the gather's masks)."""
+    producer brings them (TMA bounds, or the gather's masks); ``row_shift``: the x box that many rows lower
+    (a filter column's second box). ``tap`` is the unit's: a tap, or a filter column (its first row's)."""
     s, c = dict(wplan.scalars), dict(wplan.constexprs)
     bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
     pix, m, n = torch.arange(bk), torch.arange(bm), torch.arange(bn)
-    r, t = divmod(tap, s["S"])
+    row, t = divmod(tap, s["S"])
+    r = row * wplan.rows
     dh, dw = r * s["DIL_H"] - s["PAD_H"], t * s["DIL_W"] - s["PAD_W"]
     dy_col = g * s["DY_GROUP"] + pid_m * bm + m
     _tma_start_aligned(int(dy_col[0]), wplan.dtype, "dy")
@@ -229,7 +256,7 @@ def _weight_grad_tiles(wplan: WeightGradPlan, xf, dym, g, tap, pid_m, pid_n, ste
         a = _bounded(dym, j, rows_ok, dy_col, dy_col < k_all)
         nx, hx, wx, cx = wplan.x_map.shape
         assert wplan.x_map.block == (1, c["BOX_H"], c["BOX_W"], bn)
-        h, w = p + dh, q + dw
+        h, w = p + dh + row_shift, q + dw
         ok = (img < nx) & (h >= 0) & (h < hx) & (w >= 0) & (w < wx)
         chan = g * s["C_G"] + pid_n * bn + n  # TMA reads every channel within the tensor
         _tma_start_aligned(int(chan[0]), wplan.dtype, "x")

@@ -57,14 +57,18 @@ def test_backend_loads_through_its_entry_point():
     (problem(out_channels=36).with_direction("bwd_data"), ["bwd_data_gather"]),  # dy pixels of 72 bytes
     (problem(in_channels=3, filter_size=7, stride=2, padding=3).with_direction("bwd_data"),
      ["bwd_data_gather", "bwd_data_box"]),
-    (problem().with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box"]),
+    (problem().with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box"]),
     (problem(stride=2).with_direction("bwd_weight"), ["bwd_weight_gather"]),  # x boxes need stride 1
     (problem(in_channels=3, filter_size=7, stride=2, padding=3).with_direction("bwd_weight"), ["bwd_weight_gather"]),
     (problem(in_channels=36).with_direction("bwd_weight"), ["bwd_weight_gather"]),  # 72-byte x pixels
-    (problem(out_channels=36).with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box"]),  # dy padded
+    (problem(out_channels=36).with_direction("bwd_weight"),
+     ["bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box"]),  # dy padded
     # 24 channels per group: a box reads into the next group, harmless here (they are M and N, not reduced)
     (problem(in_channels=48, out_channels=48, groups=2).with_direction("bwd_weight"),
-     ["bwd_weight_gather", "bwd_weight_box"]),
+     ["bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box"]),
+    # units of a filter column need 3 filter rows and, at dilation 3, a box of 6 rows of 16 pixels
+    (problem(filter_size=(5, 3), padding=2).with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box"]),
+    (problem(dilation=3, padding=3).with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box"]),
     (problem(input_size=(30,), filter_size=5, padding=2, dtype="float16").with_direction("bwd_weight"),
      ["bwd_weight_gather", "bwd_weight_box"]),
 ])

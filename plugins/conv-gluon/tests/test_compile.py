@@ -84,15 +84,16 @@ def test_registers_are_moved_to_the_consumer(compiled):
 def test_problems_of_flags_what_it_should():
     """The checks themselves: a result with a spill, a synchronous wgmma or too much shared memory fails."""
     good = dict(ok=True, wgmma=["wgmma.mma_async"], sass_hgmma=["HGMMA.64x64x16.F32.BF16"], wgmma_wait=[0, 1],
-                sass_depbar_async=True, setmaxnreg=[("inc", "240")], sass_setmaxreg=2, maxnreg=168, threads=384,
+                sass_depbar=[1], in_flight=1, setmaxnreg=[("inc", "240")], sass_setmaxreg=2, maxnreg=168, threads=384,
                 sass_transposed_a=False,
                 planned_maxnreg=168, planned_threads=384, registers=168, spill_bytes=0, stack_bytes=0,
                 local_memory=0, sass_local=0, shared=1000, shared_limit=232448, shared_bound=2000, tma_2d=1,
                 tma_4d=0, cp_async=8, cp_async_arrive=1, a_mode="cp_async")
     assert aot.problems_of(good) == []
-    for change in (dict(spill_bytes=8), dict(wgmma_wait=[0]), dict(sass_depbar_async=False), dict(setmaxnreg=[]),
-                   dict(shared=300000), dict(shared=2500), dict(sass_local=1), dict(tma_2d=0), dict(cp_async=0),
-                   dict(maxnreg=255), dict(ok=False, error="x"), dict(a_mode="tma_box"), dict(kind="wgrad")):
+    for change in (dict(spill_bytes=8), dict(wgmma_wait=[0]), dict(sass_depbar=[0]), dict(in_flight=3),
+                   dict(setmaxnreg=[]), dict(shared=300000), dict(shared=2500), dict(sass_local=1), dict(tma_2d=0),
+                   dict(cp_async=0), dict(maxnreg=255), dict(ok=False, error="x"), dict(a_mode="tma_box"),
+                   dict(kind="wgrad")):
         assert aot.problems_of({**good, **change}), change
     wgrad = {**good, "kind": "wgrad", "sass_transposed_a": True}
     assert aot.problems_of(wgrad) == []

@@ -249,6 +249,22 @@ def test_weight_gradient_covers_every_mode_and_both_stores():
     assert any(dict(p.constexprs)["STAGE_OUT"] for p in plans)  # 16-bit dW staged through shared memory
     assert any(p.dy_channels != p.out_channels for p in plans)  # dy padded to 16-byte rows (36 channels)
     assert any(dict(p.constexprs)["BOX_H"] > 1 and dict(p.constexprs)["BOX_W"] > 1 for p in plans)
+    rows = [p for p in plans if p.rows == 3]  # units of a filter column, at dilation 1 and 2
+    assert {dict(p.constexprs)["ROW_DIL"] for p in rows} == {1, 2}
+
+
+def test_the_filter_column_emulator_catches_a_wrong_row_dilation():
+    """The units of a filter column take each tap's x rows from the two stacked boxes by ``ROW_DIL``: a wrong
+    one must fail the comparison."""
+    good = wgrad_plan("c40-3x3-dil2", "bwd_weight_rows_box")
+    constexprs = dict(good.constexprs)
+    constexprs["ROW_DIL"] = 1
+    scalars = dict(good.scalars)
+    scalars["DIL_H"] = 1
+    bad = dataclasses.replace(good, constexprs=tuple(constexprs.items()), scalars=tuple(scalars.items()))
+    problem = make_wgrad("c40-3x3-dil2")
+    operands = random_operands(problem, "cpu", seed=4)
+    assert not compare(problem, emulator.run_bwd_weight(bad, problem, *operands), operands).ok
 
 
 def test_the_weight_gradient_emulator_catches_a_wrong_argument():

@@ -5,7 +5,8 @@
 sets it up for a launch, and reads the facts that decide whether it can run well (:func:`facts`):
 
 - ``wgmma`` issued asynchronously: ``wgmma.mma_async`` and ``wgmma.wait_group 1`` in the PTX (one MMA left in
-  flight while the previous stage is released), ``WARPGROUP.DEPBAR.LE gsb0, 0x1`` and ``HGMMA`` in the SASS;
+  flight while the previous stage is released; for the weight gradient's units of a filter column, a whole
+  step's groups), ``WARPGROUP.DEPBAR.LE gsb0`` with that count (at most 7) and ``HGMMA`` in the SASS;
 - registers redistributed between the partitions: ``setmaxnreg`` (PTX) / ``USETMAXREG`` (SASS), the kernel's
   ``.maxnreg`` and thread count as planned;
 - no spills: ptxas reports 0 bytes of spill stores / loads and no stack frame, the PTX has no ``.local``
@@ -67,7 +68,12 @@ MODES = {
     "wgrad_narrow": ("bwd_weight_gather", lambda c: c.block_n + 2),
     "wgrad_registers": ("bwd_weight_gather", lambda c: 3),
     "wgrad_box": ("bwd_weight_box", lambda c: 2 * c.block_n - 8),
+    "wgrad_rows": ("bwd_weight_rows_box", lambda c: 2 * c.block_n - 8),
 }
+
+#: The most ``wgmma`` groups a SASS wait leaves in flight: ptxas turns ``wgmma.wait_group 12`` into
+#: ``WARPGROUP.DEPBAR.LE gsb0, 0x7`` (it waits for more: correct, less overlap).
+SASS_MAX_IN_FLIGHT = 7
 
 #: The weight gradient's second stage, compiled per result dtype.
 SUM_MODE = "wgrad_sum"
@@ -175,7 +181,7 @@ def weight_grad_problem(job: Job, config: configs.TileConfig) -> ConvProblem | N
     problem = ConvProblem("fwd", in_channels=cin * groups, out_channels=(2 * config.block_m - 8) * groups,
                           groups=groups, dtype=job.dtype, layout="channels_last", arch=TARGET,
                           **fields).with_direction("bwd_weight")
-    if job.kernel.endswith("_box") and plan.box_issue(problem, config) is not None:
+    if plan.kernel_issue(problem, job.kernel, config, configs.table(TARGET)) is not None:
         return None
     if job.shape.startswith("wg-box") and not job.kernel.endswith("_box"):
         return None
@@ -190,7 +196,7 @@ def jobs() -> list[Job]:
         shipped = compiled_configs(plan.KERNELS[kernel])
         shapes = WGRAD_SHAPES if mode.startswith("wgrad") else SHAPES
         for config in shipped:
-            two_dtypes = mode in ("cp_async", "tma_box", "wgrad_cp_async", "wgrad_box")
+            two_dtypes = mode in ("cp_async", "tma_box", "wgrad_cp_async", "wgrad_box", "wgrad_rows")
             for dtype in ("bfloat16", "float16") if two_dtypes else ("bfloat16",):
                 found.append(Job(config.name, mode, dtype, base_shape(mode)))
             for shape in shapes:
@@ -256,7 +262,8 @@ def facts(ptx: str, sass: str, ptxas_log: str) -> dict:
         sass_hgmma=sorted(set(re.findall(r"HGMMA\.[\w.]+", sass))),
         # the A operand read MN-major from shared memory (the weight gradient's dy^T)
         sass_transposed_a=bool(re.search(r"HGMMA\.[^\n]*\.tnspA", sass)),
-        sass_depbar_async="WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass,
+        # the MMAs left in flight by each wait
+        sass_depbar=sorted({int(n, 16) for n in re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x([0-9a-f]+)", sass)}),
         sass_setmaxreg=len(re.findall(r"USETMAXREG", sass)),
         sass_local=len(re.findall(r"\b(?:LDL|STL)\b", sass)),
     )
@@ -313,9 +320,10 @@ def compile_job(job: Job) -> dict:
         producer = producer_of(job, p.a_mode)
         result.update(kind="wgrad" if job.weight_grad else "conv", a_mode=p.a_mode, planned_maxnreg=p.maxnreg,
                       planned_threads=32 * tiling.total_warps(c.num_warps, producer.warps), stages=p.stages,
-                      staged_epilogue=bool(p.staging_bytes),
+                      staged_epilogue=bool(p.staging_bytes), in_flight=getattr(p, "in_flight", 1),
                       shared_bound=tiling.shared_bytes(c.block_m, c.block_n, c.block_k, p.stages,
-                                                       element_size(problem.dtype), p.staging_bytes))
+                                                       element_size(problem.dtype), p.staging_bytes,
+                                                       getattr(p, "halo", 0)))
         compiled, found = compile_plan(p, plan.role_dtypes(problem, p), unaligned)
         result["unaligned"] = list(unaligned)
         result.update(ok=True, shared=compiled.metadata.shared, **found)
@@ -334,8 +342,10 @@ def problems_of(result: dict) -> list[str]:
     issues = []
     if not result["wgmma"] or not result["sass_hgmma"]:
         issues.append("no wgmma.mma_async / HGMMA")
-    if 1 not in result["wgmma_wait"] or not result["sass_depbar_async"]:
-        issues.append(f"wgmma not left in flight (wait_group {result['wgmma_wait']}, no DEPBAR.LE gsb0 0x1)")
+    flight = result["in_flight"]
+    if flight not in result["wgmma_wait"] or min(flight, SASS_MAX_IN_FLIGHT) not in result["sass_depbar"]:
+        issues.append(f"wgmma not left in flight (wait_group {result['wgmma_wait']}, DEPBAR.LE gsb0 "
+                      f"{result['sass_depbar']}; wanted {flight})")
     if not result["setmaxnreg"] or not result["sass_setmaxreg"]:
         issues.append("no setmaxnreg: the partitions' registers are not redistributed")
     if result["maxnreg"] != result["planned_maxnreg"] or result["threads"] != result["planned_threads"]:

@@ -15,9 +15,11 @@ For a supported problem each applicable kernel gives one candidate, with the con
                      gathered by a producer partition), the reduction split into float32 partials summed in
                      a fixed order
 ``bwd_weight_box``   the same at stride 1 with input channels a multiple of 8: ``dy`` and ``x`` as TMA boxes
+``bwd_weight_rows_box``  the same for filters of 3 rows, a unit per filter column: its 3 taps share each
+                     step's ``dy`` box and one ``x`` box 2 rows taller (a third of the per-tap units' loads)
 ===================  =====================================================================================
 
-Both ways of bringing the input are offered where both apply; the core ranks them (estimates, later
+Every way of bringing the input is offered where it applies; the core ranks them (estimates, later
 measured tables).
 """
 
@@ -97,12 +99,13 @@ def decline_reason(problem: ConvProblem, device: torch.device) -> str | None:
 
 
 def kernels_for(problem: ConvProblem, tab: configs.ArchTable) -> tuple[str, ...]:
-    """The candidate kernels that apply to a supported ``problem``: the gathering one always, the box one
-    where boxes can carry the input (stride 1 for the forward; every data-gradient phase is stride 1)."""
-    gather, box = plan.DIRECTION_KERNELS[problem.direction]
-    if plan.box_issue(problem, configs.select(tab, plan.KERNELS[box], problem)) is None:
-        return gather, box
-    return (gather,)
+    """The candidate kernels that apply to a supported ``problem``: the gathering one always, the box ones
+    where boxes can carry the input (stride 1 for the forward; every data-gradient phase is stride 1) and,
+    for the units of a filter column, the filter has 3 rows (:func:`plan.kernel_issue`)."""
+    gather, *boxes = plan.DIRECTION_KERNELS[problem.direction]
+    return (gather, *(kernel for kernel in boxes
+                      if plan.kernel_issue(problem, kernel, configs.select(tab, plan.KERNELS[kernel], problem),
+                                           tab) is None))
 
 
 def candidates(problem: ConvProblem, device: torch.device) -> list[Candidate | Declined]:

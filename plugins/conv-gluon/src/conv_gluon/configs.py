@@ -18,10 +18,17 @@ from conv_core.sweep import layer_key, read_swept
 
 #: Kernel families with tables: one per candidate kernel (their producers leave the consumer different
 #: register budgets, so their largest tiles differ).
-FAMILIES = ("fwd_gather", "fwd_box", "bwd_weight_gather", "bwd_weight_box")
+FAMILIES = ("fwd_gather", "fwd_box", "bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")
 
 #: Families of the weight-gradient kernel (``kernels/bwd_weight.py``): their tiles are read differently.
-WEIGHT_GRAD_FAMILIES = ("bwd_weight_gather", "bwd_weight_box")
+WEIGHT_GRAD_FAMILIES = ("bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")
+
+#: float32 accumulator tiles per consumer thread, per family: one, but three for the units of a filter column
+#: (one per filter row).
+ACCUMULATORS = {"bwd_weight_rows_box": 3}
+
+#: Most accumulator registers per consumer thread (all tiles together): beyond, the epilogue spilled.
+MAX_ACCUMULATOR_REGISTERS = 128
 
 #: Conditions a bucket may have.
 CONDITIONS = ("max_m", "max_n", "max_red", "n_multiple_of", "dtypes")
@@ -66,8 +73,10 @@ class TileConfig:
         need(self.num_warps in (4, 8), "num_warps must be 4 (one consumer warpgroup) or 8 (two)")
         need(self.stages >= 2, "STAGES must be at least 2")
         need(self.group_m >= 1, "GROUP_M must be at least 1")
-        need(self.block_m * self.block_n // (32 * self.num_warps) <= 128,
-             "the float32 accumulator must stay within 128 registers per consumer thread")
+        tiles = ACCUMULATORS.get(family, 1)
+        need(tiles * self.block_m * self.block_n // (32 * self.num_warps) <= MAX_ACCUMULATOR_REGISTERS,
+             f"the float32 accumulator{'s' if tiles > 1 else ''} must stay within "
+             f"{MAX_ACCUMULATOR_REGISTERS} registers per consumer thread")
         if family in WEIGHT_GRAD_FAMILIES:
             self._check_weight_grad()
         else:

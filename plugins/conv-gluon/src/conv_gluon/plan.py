@@ -29,11 +29,15 @@ from .tiling import Geometry, TileGrid
 #: Candidate kernels (the ``kernel`` part of the id) -> the configuration family they take. The data gradient
 #: runs the forward kernel (one launch per stride phase), so it takes the forward tables.
 KERNELS = {"fwd_gather": "fwd_gather", "fwd_box": "fwd_box", "bwd_data_gather": "fwd_gather",
-           "bwd_data_box": "fwd_box", "bwd_weight_gather": "bwd_weight_gather", "bwd_weight_box": "bwd_weight_box"}
+           "bwd_data_box": "fwd_box", "bwd_weight_gather": "bwd_weight_gather", "bwd_weight_box": "bwd_weight_box",
+           "bwd_weight_rows_box": "bwd_weight_rows_box"}
 
-#: The candidate kernels of each direction: (gathering, TMA boxes).
+#: The candidate kernels of each direction: the gathering one first, then those reading TMA boxes.
 DIRECTION_KERNELS = {"fwd": ("fwd_gather", "fwd_box"), "bwd_data": ("bwd_data_gather", "bwd_data_box"),
-                     "bwd_weight": ("bwd_weight_gather", "bwd_weight_box")}
+                     "bwd_weight": ("bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")}
+
+#: The weight gradient whose units take a whole filter column: filters of exactly this many rows.
+ROWS_KERNEL, ROWS = "bwd_weight_rows_box", 3
 
 #: Largest element count of any tensor the kernels index with 32-bit offsets.
 INT32_ELEMENTS = 2**31 - 1
@@ -148,6 +152,38 @@ def box_issue(problem: ConvProblem, config: TileConfig) -> str | None:
                       whole_blocks=problem.direction == "fwd")
 
 
+#: The narrowest box row of ``bwd_weight_rows_box``: its MMAs go one box row at a time (the wgmma K is 16).
+ROWS_MIN_WIDTH = 16
+
+
+def rows_box(g: Geometry, block_k: int, widths: tuple[int, ...]) -> tuple[int, int]:
+    """The ``BOX_H x BOX_W`` box of ``bwd_weight_rows_box``: two of them stacked hold the three taps' x rows
+    (``BOX_H >= 2 DIL_H``), and every box row is a whole ``wgmma`` K (``tiling.box_shape`` raises otherwise)."""
+    return tiling.box_shape(g.p, g.q, block_k, widths, min_rows=(ROWS - 1) * g.dil[0], min_width=ROWS_MIN_WIDTH)
+
+
+def rows_issue(problem: ConvProblem, config: TileConfig, widths: tuple[int, ...]) -> str | None:
+    """Why ``bwd_weight_rows_box`` cannot run ``problem`` with ``config`` (beyond :func:`box_issue`), or None."""
+    g = Geometry.of(problem)
+    if g.r != ROWS:
+        return f"a filter of {g.r} rows: units of a filter column take {ROWS} rows"
+    try:
+        rows_box(g, config.block_k, widths)
+    except ValueError:
+        return (f"dilation {g.dil[0]}: no box of {config.block_k} pixels has {(ROWS - 1) * g.dil[0]} rows of at "
+                f"least {ROWS_MIN_WIDTH}")
+    return None
+
+
+def kernel_issue(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> str | None:
+    """Why candidate kernel ``kernel`` cannot run ``problem`` with ``config`` (a box kernel: boxes must carry
+    the input; the rows kernel: a filter of 3 rows and a box of the table's widths for it), or None."""
+    issue = box_issue(problem, config) if kernel.endswith("_box") else None
+    if issue is None and kernel == ROWS_KERNEL:
+        issue = rows_issue(problem, config, tab.box_widths)
+    return issue
+
+
 def _box_issue(g: Geometry, channels: int, dtype: str, config: TileConfig, what: str,
                whole_blocks: bool = True) -> str | None:
     if g.stride != (1, 1):
@@ -188,19 +224,19 @@ def dense_nhwc_strides(batch: int, h: int, w: int, c: int) -> tuple[int, int, in
     return h * w * c, w * c, c
 
 
-def check_kernel(problem: ConvProblem, direction: str, kernel: str, config: TileConfig) -> None:
+def check_kernel(problem: ConvProblem, direction: str, kernel: str, config: TileConfig, tab: ArchTable) -> None:
     """Raise ``ValueError`` unless ``kernel`` is one of ``direction``'s and can run ``problem`` with ``config``
-    (a box kernel needs :func:`box_issue` to find nothing)."""
+    (:func:`kernel_issue` finds nothing)."""
     if kernel not in DIRECTION_KERNELS[direction]:
         raise ValueError(f"unknown {direction} kernel {kernel!r}; known: {DIRECTION_KERNELS[direction]}")
-    issue = box_issue(problem, config) if kernel.endswith("_box") else None
+    issue = kernel_issue(problem, kernel, config, tab)
     if issue:
         raise ValueError(f"{kernel} cannot run {problem.key}: {issue}")
 
 
 def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
     """The forward launch of candidate kernel ``kernel`` (``fwd_gather`` or ``fwd_box``) with ``config``."""
-    check_kernel(problem, "fwd", kernel, config)
+    check_kernel(problem, "fwd", kernel, config, tab)
     g = Geometry.of(problem)
     return geometry_plan(kernel, g, config, tab, dtype=problem.dtype, in_channels=problem.in_channels,
                          out_channels=problem.out_channels, bias=problem.bias, activation=problem.activation,
@@ -292,7 +328,7 @@ def make_bwd_data_plan(problem: ConvProblem, kernel: str, config: TileConfig, ta
     group) and restricted to the phase's taps in the phase's order; its output strides step over the other
     phases' pixels. Nothing is masked away: each phase multiplies exactly its taps.
     """
-    check_kernel(problem, "bwd_data", kernel, config)
+    check_kernel(problem, "bwd_data", kernel, config, tab)
     g = Geometry.of(problem)
     c_total, k_total = problem.in_channels, problem.out_channels
     k_pad = tiling.channel_blocks(g.cout, config.block_k) * config.block_k
@@ -371,6 +407,10 @@ class WeightGradPlan:
     partial_numel: int
     c_pad: int
     reduce: SumLaunch
+    #: filter rows per unit: 1, or ``ROWS`` (``bwd_weight_rows_box``: units of a filter column)
+    rows: int = 1
+    #: pixels a ring stage holds beyond the dy and x tiles (units of a filter column: the second x box's)
+    halo: int = 0
 
     @property
     def a_mode(self) -> str:
@@ -410,6 +450,12 @@ class WeightGradPlan:
         return {"dy_desc": self.dy_map, **({"x": self.x_map} if self.x_map is not None else {})}
 
     @property
+    def in_flight(self) -> int:
+        """The ``wgmma`` groups the consumer leaves in flight while releasing the previous stage: one, or a
+        filter column's step (three taps, one group per box row each)."""
+        return 1 if self.rows == 1 else self.rows * dict(self.constexprs)["BOX_H"]
+
+    @property
     def sum_scalars(self) -> dict[str, int]:
         """The integer arguments of the second stage (``kernels/bwd_weight.sum_splits``)."""
         return dict(NUMEL=self.numel, C_G=dict(self.scalars)["C_G"], C_PAD=self.c_pad, SPLITS=self.splits,
@@ -420,13 +466,13 @@ class WeightGradPlan:
 PARTIAL_CHANNEL_ALIGN = 16
 
 
-def split_costs(config: TileConfig, tab: ArchTable, kernel: str, numel: int) -> tiling.SplitCosts:
+def split_costs(config: TileConfig, tab: ArchTable, kernel: str, numel: int, rows: int = 1) -> tiling.SplitCosts:
     """The split's trade-offs (:class:`tiling.SplitCosts`) in k-step times of one program: a k-step is
-    ``2 BLOCK_M BLOCK_N BLOCK_K`` flops at the kernel's share of one SM's matrix rate; a partial is ``numel``
-    float32 (the padded ``dW``) written and read back at its share of the copy rate; the workspace bound caps
-    the splits."""
+    ``rows x 2 BLOCK_M BLOCK_N BLOCK_K`` flops at the kernel's share of one SM's matrix rate; a partial is
+    ``numel`` float32 (the padded ``dW``) written and read back at its share of the copy rate; the workspace
+    bound caps the splits."""
     arch, eff, limits = spec(tab.name), tab.efficiency[kernel], tab.weight_grad
-    step_us = 2 * config.block_m * config.block_n * config.block_k / (
+    step_us = rows * 2 * config.block_m * config.block_n * config.block_k / (
         arch.matmul_tflops * 1e6 * eff["compute"] / tab.num_sms)
     partial_us = 2 * numel * 4 / (arch.copy_tbps * 1e6 * eff["memory"])
     max_splits = max(1, min(limits.max_splits, limits.max_workspace_bytes // (4 * numel)))
@@ -436,32 +482,39 @@ def split_costs(config: TileConfig, tab: ArchTable, kernel: str, numel: int) -> 
 
 def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable,
                          split_steps: int | None = None) -> WeightGradPlan:
-    """The weight gradient of ``problem`` with ``bwd_weight_gather`` or ``bwd_weight_box`` and ``config``;
-    ``split_steps`` (k-steps per split) overrides the table's choice (tests)."""
-    check_kernel(problem, "bwd_weight", kernel, config)
+    """The weight gradient of ``problem`` with ``bwd_weight_gather``, ``bwd_weight_box`` or
+    ``bwd_weight_rows_box`` (units of a filter column: ``ROWS`` taps share each step's ``dy`` box and two
+    stacked ``x`` boxes) and ``config``; ``split_steps`` (k-steps per split) overrides the table's choice (tests)."""
+    check_kernel(problem, "bwd_weight", kernel, config, tab)
     g = Geometry.of(problem)
     x_mode = a_mode_of(kernel, g.cin, problem.dtype)
     producer = tab.weight_grad.producers[x_mode]
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    box = tiling.box_shape(g.p, g.q, bk, tab.box_widths) if x_mode == "tma_box" else None
+    rows = ROWS if kernel == ROWS_KERNEL else 1
+    if rows > 1:
+        box = rows_box(g, bk, tab.box_widths)
+    else:
+        box = tiling.box_shape(g.p, g.q, bk, tab.box_widths) if x_mode == "tma_box" else None
     steps, tiles_q, tiles_img = tiling.weight_grad_steps(g, bk, box)
+    halo = bk if rows > 1 else 0  # a filter column's unit: a second x box per stage
     numel = math.prod(problem.weight_shape)
     c_pad = tiling.cdiv(g.cin, PARTIAL_CHANNEL_ALIGN) * PARTIAL_CHANNEL_ALIGN
     partial_numel = problem.out_channels * g.taps * c_pad
     tiles_m, tiles_n = tiling.cdiv(g.cout, bm), tiling.cdiv(g.cin, bn)
+    unit_taps = g.taps // rows
     if split_steps is None:
-        split_steps = tiling.choose_split_steps(tiles_m * tiles_n * g.groups * g.taps, steps,
-                                                split_costs(config, tab, kernel, partial_numel))
-    grid = tiling.WeightGradGrid(tiles_m, tiles_n, g.groups, g.taps, steps, split_steps, tiles_q, tiles_img)
+        split_steps = tiling.choose_split_steps(tiles_m * tiles_n * g.groups * unit_taps, steps,
+                                                split_costs(config, tab, kernel, partial_numel, rows))
+    grid = tiling.WeightGradGrid(tiles_m, tiles_n, g.groups, unit_taps, steps, split_steps, tiles_q, tiles_img)
     out_size = element_size(problem.result_dtype) if grid.splits == 1 else 4
     out_tap = g.cin if grid.splits == 1 else c_pad  # dW itself, or a padded partial
     stage_out = not tiling.direct_store(g.cin, (g.taps * out_tap,), 0, out_size)
     staging = tiling.staging_bytes(bm, bn, out_size) if stage_out else 0
     stages = tiling.fitting_stages(bm, bn, bk, config.stages, element_size(problem.dtype), staging,
-                                   spec(tab.name).shared_memory_bytes)
+                                   spec(tab.name).shared_memory_bytes, halo)
     k_pad = dy_channels(problem)
     sx = dense_nhwc_strides(g.batch, g.h, g.w, problem.in_channels)
-    scalars = dict(J=g.pixels, P=g.p, Q=g.q, H=g.h, W=g.w, C_G=g.cin, K_G=g.cout, S=g.s, TAPS=g.taps,
+    scalars = dict(J=g.pixels, P=g.p, Q=g.q, H=g.h, W=g.w, C_G=g.cin, K_G=g.cout, S=g.s, TAPS=unit_taps,
                    GROUPS=g.groups, DY_GROUP=dy_group_channels(problem), STRIDE_H=g.stride[0], STRIDE_W=g.stride[1],
                    PAD_H=g.pad[0], PAD_W=g.pad[1], DIL_H=g.dil[0], DIL_W=g.dil[1], sx_n=sx[0], sx_h=sx[1], sx_w=sx[2],
                    OUT_ROW=g.taps * out_tap,
@@ -470,7 +523,8 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
                    TILES_IMG=tiles_img)
     constexprs = dict(X_MODE=A_MODES[x_mode], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages,
                       GROUP_M=config.group_m, BOX_H=box[0] if box else 1, BOX_W=box[1] if box else 1,
-                      VEC=tiling.vector_width(g.cin), EVEN_C=g.cin % bn == 0, STAGE_OUT=stage_out,
+                      VEC=tiling.vector_width(g.cin), EVEN_C=g.cin % bn == 0, STAGE_OUT=stage_out, ROWS=rows,
+                      ROW_DIL=g.dil[0] if rows > 1 else 0,
                       PRODUCER_WARPS=producer.warps, PRODUCER_REGS=producer.regs)
     if box:
         dy_map = TensorMap((g.batch, g.p, g.q, k_pad), (*dense_nhwc_strides(g.batch, g.p, g.q, k_pad), 1),
@@ -483,7 +537,8 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
     reduce = SumLaunch(wg.reduce_block, wg.reduce_warps, tiling.cdiv(numel, wg.reduce_block))
     return WeightGradPlan(kernel, x_mode, config, grid, tuple(scalars.items()), tuple(constexprs.items()),
                           config.num_warps, limit, dy_map, x_map, k_pad, problem.out_channels, g.pixels,
-                          problem.dtype, problem.result_dtype, stages, staging, numel, partial_numel, c_pad, reduce)
+                          problem.dtype, problem.result_dtype, stages, staging, numel, partial_numel, c_pad, reduce,
+                          rows, halo)
 
 
 # ---- ahead-of-time compilation ------------------------------------------------------------------------

@@ -54,23 +54,29 @@ def channel_blocks(cin: int, block_k: int) -> int:
     return cdiv(cin, block_k)
 
 
-def box_shape(p: int, q: int, block_m: int, widths: tuple[int, ...]) -> tuple[int, int]:
+def box_shape(p: int, q: int, block_m: int, widths: tuple[int, ...], min_rows: int = 1,
+              min_width: int = 8) -> tuple[int, int]:
     """``(BOX_H, BOX_W)`` of the ``tma_box`` tile: ``block_m`` output pixels as a rectangle of one image.
 
     The widths come from the table (multiples of 8, so the box's rows stay whole swizzle lines); the one
-    that wastes the fewest pixel slots on a ``p x q`` image wins, then the wider (longer TMA rows).
+    that wastes the fewest pixel slots on a ``p x q`` image wins, then the wider (longer TMA rows). The
+    weight gradient's units of a filter column want at least ``min_rows`` rows (two boxes stacked hold the
+    three taps' rows) and ``min_width`` pixels per row (one ``wgmma`` K per box row).
     """
     best, best_key = None, None
     for bw in widths:
         if bw > block_m or block_m % bw or block_m // bw > TMA_BOX_LIMIT or bw > TMA_BOX_LIMIT:
             continue
         bh = block_m // bw
+        if bh < min_rows or bw < min_width:
+            continue
         slots = cdiv(p, bh) * cdiv(q, bw) * block_m
         key = (slots, -bw)
         if best_key is None or key < best_key:
             best, best_key = (bh, bw), key
     if best is None:
-        raise ValueError(f"no box width of {widths} divides BLOCK_M={block_m}")
+        raise ValueError(f"no box width of {widths} divides BLOCK_M={block_m} into at least {min_rows} rows of "
+                         f"at least {min_width}")
     return best
 
 
@@ -179,9 +185,10 @@ BARRIER_BYTES = 8
 SHARED_SLACK = 1024
 
 
-def ring_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int) -> int:
-    """Shared memory of the ring: per stage an input tile, a weight tile and two barriers."""
-    return stages * ((block_m + block_n) * block_k * element_size + 2 * BARRIER_BYTES)
+def ring_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, halo: int = 0) -> int:
+    """Shared memory of the ring: per stage an input tile, a weight tile and two barriers (the weight
+    gradient's units of a filter column: ``halo`` more pixels of ``BLOCK_N`` channels, its second x box)."""
+    return stages * (((block_m + block_n) * block_k + halo * block_n) * element_size + 2 * BARRIER_BYTES)
 
 
 #: Below this, the epilogue's staging takes a tile in one round.
@@ -196,16 +203,18 @@ def staging_bytes(block_m: int, block_n: int, out_element_size: int) -> int:
     return min(tile, max(tile // 2, STAGING_ROUND_BYTES))
 
 
-def shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int = 0) -> int:
+def shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int = 0,
+                 halo: int = 0) -> int:
     """Upper bound of the kernel's shared memory: the ring, the epilogue's staging (0: stored from
     registers) and the compiler's own."""
-    return ring_bytes(block_m, block_n, block_k, stages, element_size) + staging + SHARED_SLACK
+    return ring_bytes(block_m, block_n, block_k, stages, element_size, halo) + staging + SHARED_SLACK
 
 
 def fitting_stages(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int,
-                   limit: int) -> int:
-    """The configured ring depth, or less where the epilogue's staging would not fit beside it (at least 2)."""
-    while stages > 2 and shared_bytes(block_m, block_n, block_k, stages, element_size, staging) > limit:
+                   limit: int, halo: int = 0) -> int:
+    """The configured ring depth, or less where the epilogue's staging (or a second x box) would not fit
+    beside it (at least 2)."""
+    while stages > 2 and shared_bytes(block_m, block_n, block_k, stages, element_size, staging, halo) > limit:
         stages -= 1
     return stages
 
@@ -267,7 +276,8 @@ class WeightGradGrid:
     into ``steps`` k-steps (``BLOCK_K`` consecutive pixels of the flattened batch, or one box of output pixels
     per step for ``tma_box``), dealt out as ``splits`` ranges of ``split_steps`` consecutive k-steps (the last
     range may be shorter, never empty). A unit is one (split, group, tap, tile): it reduces its range into a
-    float32 partial tile.
+    float32 partial tile. With units of a filter column (``bwd_weight_rows_box``), ``taps`` counts the columns
+    and a unit's partial is its column's three tiles.
     """
 
     tiles_m: int

@@ -34,14 +34,23 @@ shared memory, and the producer fills the next unit's stages during this unit's 
       one image's output pixels, so ``dy``'s tile is the box ``[1, BOX_H, BOX_W, BLOCK_M]`` of the 4D ``dy`` and
       ``x``'s the box ``[1, BOX_H, BOX_W, BLOCK_N]`` at the tap's offset, padding read as zeros by the TMA
       unit; one warp issues both loads. Slots past an image's edge read zeros of ``dy`` (and finite ``x``).
+    * ``"tma_box"`` with ``ROWS = 3`` (``bwd_weight_rows_box``, a filter of 3 rows): a unit takes a whole
+      filter column ``s``, its three taps ``(0, s), (1, s), (2, s)`` at once. They read the same ``dy`` tile,
+      and their ``x`` boxes are one box moved down by ``DIL_H`` rows each; so a step loads ``dy`` once and
+      ``x`` as two boxes one above the other (rows ``p0 - PAD_H`` to ``p0 - PAD_H + 2 BOX_H``, which holds all
+      three taps' rows as ``BOX_H >= 2 DIL_H``): three pixel-tiles where per-tap units load six. The weight
+      gradient is bound by the bytes it brings from L2, not by its MMAs. Each tap's tile starts a whole box
+      row further than the last, so its MMA goes one box row (``BOX_W`` pixels, at least 16) at a time:
+      ``dy``'s row ``j`` against the x rows ``r DIL_H + j``.
 
 ``consumer`` (the default partition, one or two warpgroups: the MMAs and the epilogue, no address arithmetic)
-    waits for ``ready``, issues the step's ``wgmma`` asynchronously, keeps one in flight and releases the
-    previous step's stage; after a unit's last step it drains the MMAs and stores the float32 tile: into its
-    split's slice of the workspace (``[SPLITS, K, TAPS, C_PAD]``: the channels-last ``dW`` with each tap's
-    channels padded to 16, so that every row and tap starts 64-byte aligned and the stores are vectors; the
-    padding columns get whatever the tile holds there and are never read), or, with one split, straight into
-    ``dW`` in its dtype (staged through shared memory where 16-bit stores cannot be paired, ``STAGE_OUT``).
+    waits for ``ready``, issues the step's ``wgmma`` asynchronously (with ``ROWS = 3``: per tap, into three
+    accumulators), keeps the step in flight and releases the previous step's stage; after a unit's last step it
+    drains the MMAs and stores the float32 tile (``ROWS = 3``: the three): into its split's slice of the
+    workspace (``[SPLITS, K, TAPS, C_PAD]``: the channels-last ``dW`` with each tap's channels padded to 16, so
+    that every row and tap starts 64-byte aligned and the stores are vectors; the padding columns get whatever
+    the tile holds there and are never read), or, with one split, straight into ``dW`` in its dtype (staged
+    through shared memory where 16-bit stores cannot be paired, ``STAGE_OUT``).
 
 :func:`sum_splits` then adds the slices element by element in split order and rounds once to ``dW``'s
 dtype. No atomics and a fixed order everywhere: bitwise the same result on every run and every grid size.
@@ -50,7 +59,12 @@ Registers move to the consumer with ``setmaxnreg`` as in the forward (``PRODUCER
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from .codes import A_MODES, ACTIVATIONS
 from .common import store_tile, tile_coords
@@ -78,7 +92,8 @@ NO_ACTIVATION = gl.constexpr(ACTIVATIONS[""])
 @gluon.jit
 def unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M: gl.constexpr):
     """``(split, group, tap, pid_m, pid_n)`` of unit ``unit`` (the twin of ``tiling.unit_coords``): the
-    forward's banded tile order, with (split, group, tap) in the role of its group, split outermost."""
+    forward's banded tile order, with (split, group, tap) in the role of its group, split outermost. With
+    ``ROWS = 3`` the ``TAPS`` units per tile are the filter's columns, and ``tap`` is the column ``s``."""
     outer, pid_m, pid_n = tile_coords(unit, TILES_M, TILES_N, GROUP_M)
     rest = outer // TAPS
     tap = outer - rest * TAPS
@@ -134,6 +149,73 @@ def _consumer(a_bufs, b_bufs, ready, empty, out_ptr, K_G, C_G, TAPS, GROUPS, OUT
 
 
 @gluon.jit
+def _rows_step(a, x_lo, x_hi, acc0, acc1, acc2, BOX_H: gl.constexpr, BOX_W: gl.constexpr, ROW_DIL: gl.constexpr):
+    """Issue one step of a filter column's unit: for every box row ``j`` of ``dy`` (``a``: ``[BLOCK_K, BLOCK_M]``,
+    handed to the MMA transposed), tap ``r`` multiplies it by the x row ``r * ROW_DIL + j`` of the two stacked
+    boxes ``x_lo``, ``x_hi`` (``[BLOCK_K, BLOCK_N]`` each). Every slice starts on a multiple of its length
+    (``BOX_W`` pixels), as Gluon's subviews must. All asynchronous: ``3 * BOX_H`` groups."""
+    for j in gl.static_range(BOX_H):
+        a_j = a.slice(j * BOX_W, BOX_W).permute((1, 0))
+        for r in gl.static_range(3):
+            if r * ROW_DIL + j < BOX_H:
+                x_t = x_lo.slice((r * ROW_DIL + j) * BOX_W, BOX_W)
+            else:
+                x_t = x_hi.slice((r * ROW_DIL + j - BOX_H) * BOX_W, BOX_W)
+            if r == 0:
+                acc0 = warpgroup_mma(a_j, x_t, acc0, use_acc=True, is_async=True)
+            elif r == 1:
+                acc1 = warpgroup_mma(a_j, x_t, acc1, use_acc=True, is_async=True)
+            else:
+                acc2 = warpgroup_mma(a_j, x_t, acc2, use_acc=True, is_async=True)
+    return acc0, acc1, acc2
+
+
+@gluon.jit
+def _rows_consumer(a_bufs, b_bufs, ready, empty, out_ptr, K_G, S, TAPS, GROUPS, OUT_ROW, OUT_TAP, SPLIT_STRIDE,
+                   TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, BOX_H: gl.constexpr,
+                   BOX_W: gl.constexpr, ROW_DIL: gl.constexpr, GROUP_M: gl.constexpr, STAGE_OUT: gl.constexpr,
+                   num_warps: gl.constexpr):
+    """The consumer of units of a filter column (``ROWS = 3``): per step, ``dy`` against the three taps' rows
+    of the stacked x boxes (stage ``s`` holds them as ``b_bufs`` ``2s`` and ``2s + 1``), one accumulator per
+    filter row; it waits until only this step's MMAs are in flight before releasing the previous stage. The
+    epilogue stores the three tiles."""
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_M, BLOCK_N, num_warps)
+    rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))
+    step = 0
+    for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
+        split, g, column, pid_m, pid_n = unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M)
+        _, n_steps = split_steps(split, STEPS, SPLIT_STEPS)
+        acc0 = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        acc1 = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        acc2 = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        prev = 0
+        for kk in range(n_steps):
+            stage = wait_stage(ready, step)
+            a = a_bufs.index(stage).reshape([BLOCK_K, BLOCK_M])
+            x_lo = b_bufs.index(2 * stage).reshape([BLOCK_K, BLOCK_N])
+            x_hi = b_bufs.index(2 * stage + 1).reshape([BLOCK_K, BLOCK_N])
+            acc0, acc1, acc2 = _rows_step(a, x_lo, x_hi, acc0, acc1, acc2, BOX_H, BOX_W, ROW_DIL)
+            acc0, acc1, acc2 = warpgroup_mma_wait(3 * BOX_H, deps=(acc0, acc1, acc2))
+            mbarrier.arrive(empty.index(prev), pred=kk > 0)
+            prev = stage
+            step += 1
+        acc0, acc1, acc2 = warpgroup_mma_wait(0, deps=(acc0, acc1, acc2))
+        mbarrier.arrive(empty.index(prev))
+
+        m0 = pid_m * BLOCK_M
+        n0 = pid_n * BLOCK_N
+        tile = out_ptr + split * SPLIT_STRIDE + (g * K_G + m0) * OUT_ROW + column * OUT_TAP + n0
+        row_off = rows * OUT_ROW
+        row_ok = rows < K_G - m0
+        # taps (r, s) lie r * S taps apart
+        store_tile(acc0, tile, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+        store_tile(acc1, tile + S * OUT_TAP, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+        store_tile(acc2, tile + 2 * S * OUT_TAP, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+
+
+@gluon.jit
 def _gather_producer(dy_desc, x_ptr, a_bufs, b_bufs, ready, empty,
                      J, P, Q, H, W, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
                      sx_n, sx_h, sx_w, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
@@ -174,14 +256,15 @@ def _gather_producer(dy_desc, x_ptr, a_bufs, b_bufs, ready, empty,
 def _box_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
                   C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H, PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS,
                   SPLIT_STEPS, TILES_Q, TILES_IMG, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BOX_H: gl.constexpr, BOX_W: gl.constexpr, GROUP_M: gl.constexpr):
-    nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_desc.block_type.nbytes
+                  BOX_H: gl.constexpr, BOX_W: gl.constexpr, GROUP_M: gl.constexpr, ROWS: gl.constexpr):
+    x_boxes: gl.constexpr = 1 if ROWS == 1 else 2  # a filter column's unit: two x boxes, one above the other
+    nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_boxes * x_desc.block_type.nbytes
     step = 0
     for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
         split, g, tap, pid_m, pid_n = unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M)
-        r = tap // S
-        dh = r * DIL_H - PAD_H
-        dw = (tap - r * S) * DIL_W - PAD_W
+        row = tap // S
+        dh = row * ROWS * DIL_H - PAD_H  # the unit's first filter row (ROWS = 3: row 0)
+        dw = (tap - row * S) * DIL_W - PAD_W
         dy_col = g * DY_GROUP + pid_m * BLOCK_M
         x_col = g * C_G + pid_n * BLOCK_N
         k0, n_steps = split_steps(split, STEPS, SPLIT_STEPS)
@@ -197,7 +280,11 @@ def _box_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
             mbarrier.expect(bar, nbytes)
             # out-of-bounds elements (pixels past the image, padding, channels past the tensor) read as zeros
             tma_load(dy_desc, [img, p0, q0, dy_col], bar, a_bufs.index(stage))
-            tma_load(x_desc, [img, p0 + dh, q0 + dw, x_col], bar, b_bufs.index(stage))
+            if ROWS == 1:
+                tma_load(x_desc, [img, p0 + dh, q0 + dw, x_col], bar, b_bufs.index(stage))
+            else:
+                tma_load(x_desc, [img, p0 + dh, q0 + dw, x_col], bar, b_bufs.index(2 * stage))
+                tma_load(x_desc, [img, p0 + dh + BOX_H, q0 + dw, x_col], bar, b_bufs.index(2 * stage + 1))
             step += 1
 
 
@@ -209,24 +296,39 @@ def conv_bwd_weight(dy_desc, x, out_ptr,
                     TILES_Q, TILES_IMG,
                     X_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                     STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
-                    VEC: gl.constexpr, EVEN_C: gl.constexpr, STAGE_OUT: gl.constexpr,
-                    PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                    VEC: gl.constexpr, EVEN_C: gl.constexpr, STAGE_OUT: gl.constexpr, ROWS: gl.constexpr,
+                    ROW_DIL: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                    num_warps: gl.constexpr):
     """``dy_desc``: TMA descriptor of ``dy`` as ``[J, K]`` with ``[BLOCK_K, BLOCK_M]`` boxes (gathering modes) or
     as ``[N, P, Q, K]`` with ``[1, BOX_H, BOX_W, BLOCK_M]`` boxes (``tma_box``); ``x``: the NHWC input, a pointer
     (gathering modes) or a rank-4 descriptor with ``[1, BOX_H, BOX_W, BLOCK_N]`` boxes; ``out_ptr``: the
     float32 workspace of ``SPLIT_STRIDE``-element slices, or ``dW`` itself (one split): rows of ``OUT_ROW``
-    elements per output channel, ``OUT_TAP`` per tap (``C_PAD`` in the workspace, ``C_G`` in ``dW``)."""
+    elements per output channel, ``OUT_TAP`` per tap (``C_PAD`` in the workspace, ``C_G`` in ``dW``).
+    ``ROWS``: 1, or 3 for units of a whole filter column (``tma_box`` only: two ``x`` boxes per step, and
+    ``ROW_DIL = DIL_H`` as a constant); ``TAPS`` counts the units per tile: taps, or columns."""
     dtype: gl.constexpr = dy_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + dy_desc.block_type.shape, dy_desc.layout)
     if X_MODE == TMA_BOX:
-        b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + x.block_type.shape, x.layout)
+        x_buffers: gl.constexpr = STAGES if ROWS == 1 else 2 * STAGES  # a filter column's unit: 2 boxes a stage
+        b_bufs = gl.allocate_shared_memory(dtype, [x_buffers] + x.block_type.shape, x.layout)
     else:
         b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_N], dtype)
         b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_N], b_layout)
     ready, empty = init_ring(STAGES, ready_arrivals(X_MODE, PRODUCER_WARPS))
 
     # (the argument tuples are written inline: a tuple assigned to a variable turns constexprs into tensors)
-    if X_MODE == TMA_BOX:
+    if ROWS == 3:
+        gl.static_assert(X_MODE == TMA_BOX, "units of a filter column need the x boxes")
+        gl.warp_specialize([
+            (_rows_consumer, (a_bufs, b_bufs, ready, empty, out_ptr, K_G, S, TAPS, GROUPS, OUT_ROW, OUT_TAP,
+                              SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, BLOCK_M, BLOCK_N,
+                              BLOCK_K, BOX_H, BOX_W, ROW_DIL, GROUP_M, STAGE_OUT, num_warps)),
+            (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H,
+                             PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG,
+                             BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M, ROWS)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    elif X_MODE == TMA_BOX:
+        gl.static_assert(ROWS == 1, "ROWS is 1 or 3")
         gl.warp_specialize([
             (_consumer, (a_bufs, b_bufs, ready, empty, out_ptr, K_G, C_G, TAPS, GROUPS, OUT_ROW, OUT_TAP,
                          SPLIT_STRIDE,
@@ -234,7 +336,7 @@ def conv_bwd_weight(dy_desc, x, out_ptr,
                          GROUP_M, STAGE_OUT, num_warps)),
             (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H,
                              PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG,
-                             BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M)),
+                             BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M, ROWS)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
