@@ -251,7 +251,7 @@ def stage_issue(run: Run, device: torch.device, arch: str) -> None:
 
 
 #: The kernels whose every configuration the configs stage runs (the data gradient runs the forward's).
-CONFIG_KERNELS = ("fwd_gather", "fwd_box", "bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")
+CONFIG_KERNELS = ("fwd_gather", "fwd_box", "fwd_rows_box", "bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")
 
 
 def forced(arch: str, kernel: str, config):

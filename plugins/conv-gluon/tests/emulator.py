@@ -107,9 +107,9 @@ def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor 
             acc[:, live] += bias.double()[g * s["K_G"] + n0 + cols[live]][None, :]
         if box:
             img, rest = divmod(pid_m, s["TILES_IMG"])
-            tp, tq = divmod(rest, s["TILES_Q"])
-            p = tp * c["BOX_H"] + rows // c["BOX_W"]
-            q = tq * c["BOX_W"] + rows % c["BOX_W"]
+            corner = divmod(rest, s["TILES_Q"])
+            p = corner[0] * c["BOX_H"] + rows // c["BOX_W"]
+            q = corner[1] * c["BOX_W"] + rows % c["BOX_W"]
             row_ok = (p < s["P"]) & (q < s["Q"])
             img = torch.full_like(rows, img)
         else:
@@ -118,50 +118,100 @@ def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor 
             q = m % s["Q"]
             p = (m // s["Q"]) % s["P"]
             img = m // s["Q"] // s["P"]
-        for tap in range(s["TAPS"]):
-            r, t = divmod(tap, s["S"])
-            if box:  # the box's corner and TMA's bounds on the whole [N, H, W, C] tensor
-                n_box, bh, bw, bkk = plan.x_map.block
-                assert (n_box, bh, bw, bkk) == (1, c["BOX_H"], c["BOX_W"], bk)
-                h = tp * c["BOX_H"] - s["PAD_H"] + r * s["DIL_H"] + rows // c["BOX_W"]
-                w_ = tq * c["BOX_W"] - s["PAD_W"] + t * s["DIL_W"] + rows % c["BOX_W"]
-                n_all, h_all, w_all, c_all = plan.x_map.shape
-                ok = (img < n_all) & (h >= 0) & (h < h_all) & (w_ >= 0) & (w_ < w_all)
-                base = img * plan.x_map.strides[0] + h * plan.x_map.strides[1] + w_ * plan.x_map.strides[2]
-            else:
-                h = p * s["STRIDE_H"] - s["PAD_H"] + r * s["DIL_H"]
-                w_ = q * s["STRIDE_W"] - s["PAD_W"] + t * s["DIL_W"]
-                ok = row_ok & (h >= 0) & (h < s["H"]) & (w_ >= 0) & (w_ < s["W"])
-                base = img * s["sx_n"] + g * s["C_G"] + h * s["sx_h"] + w_ * s["sx_w"]
-            base = torch.where(ok, base, 0)
-            for cb in range(s["NCB"]):
-                ch = cb * bk + kcols
-                if box:
-                    cabs = g * s["C_G"] + ch  # TMA reads whatever channel is in bounds
-                    mask = ok[:, None] & (cabs < c_all)[None, :]
-                    offs = base[:, None] + cabs[None, :]
-                else:
-                    if c["EVEN_C"]:
-                        cmask = torch.ones_like(ch, dtype=torch.bool)
-                    else:
-                        cmask = (ch // c["VEC"]) < (s["C_G"] // c["VEC"])
-                    mask = ok[:, None] & cmask[None, :]
-                    offs = base[:, None] + ch[None, :]
-                a = torch.where(mask, xf[offs.clamp(0, xf.numel() - 1)], 0.0)
-                col0 = (tap * s["NCB"] + cb) * bk
-                wr = g * s["K_G"] + n0 + cols
-                wc = col0 + kcols
-                bmask = (wr < w_rows)[:, None] & (wc < w_cols)[None, :]
-                b = torch.where(bmask, wmat[wr.clamp(max=w_rows - 1)][:, wc.clamp(max=w_cols - 1)], 0.0)
-                acc += a @ b.T
+        if c["ROWS"] > 1:
+            steps = _column_tiles(plan, xf, img[0], corner, g)
+        elif box:
+            steps = _box_tiles(plan, xf, img, corner, g)
+        else:
+            steps = _gathered_tiles(plan, xf, img, p, q, row_ok, g)
+        for a, col0 in steps:
+            wr = g * s["K_G"] + n0 + cols
+            wc = col0 + kcols
+            bmask = (wr < w_rows)[:, None] & (wc < w_cols)[None, :]
+            b = torch.where(bmask, wmat[wr.clamp(max=w_rows - 1)][:, wc.clamp(max=w_cols - 1)], 0.0)
+            acc += a @ b.T
         out = activation(acc, c["ACTIVATION"]).double()
         row_off = img * s["sy_n"] + p * s["sy_h"] + q * s["sy_w"]
         cmask = cols < s["K_G"] - n0
+        if c.get("TMA_STORE"):  # the TMA copy clips at the output's edges only: the tile must stay in its group
+            assert plan.y_map.block == (1, c["BOX_H"], c["BOX_W"], bn) and y_offset == 0
+            assert bool(cmask.all()) or g * s["K_G"] + n0 + bn >= plan.y_map.shape[-1]
         mask = row_ok[:, None] & cmask[None, :]
         offs = y_offset + g * s["K_G"] + n0 + row_off[:, None] + cols[None, :]
         assert bool((offs[mask] < y.numel()).all()), "a store beyond the output"
         assert bool(torch.isnan(y[offs[mask]]).all()), "an element written twice"
         y[offs[mask]] = out[mask]
+
+
+def _gathered_tiles(plan: Plan, xf, img, p, q, row_ok, g):
+    """The gathering producer's k-steps: per (tap, channel block) the masked ``[BLOCK_M, BLOCK_K]`` tile of
+    the tile's pixels shifted by the tap, and the step's weight column."""
+    s, c = dict(plan.scalars), dict(plan.constexprs)
+    bk = c["BLOCK_K"]
+    kcols = torch.arange(bk)
+    for tap in range(s["TAPS"]):
+        r, t = divmod(tap, s["S"])
+        h = p * s["STRIDE_H"] - s["PAD_H"] + r * s["DIL_H"]
+        w_ = q * s["STRIDE_W"] - s["PAD_W"] + t * s["DIL_W"]
+        ok = row_ok & (h >= 0) & (h < s["H"]) & (w_ >= 0) & (w_ < s["W"])
+        base = torch.where(ok, img * s["sx_n"] + g * s["C_G"] + h * s["sx_h"] + w_ * s["sx_w"], 0)
+        for cb in range(s["NCB"]):
+            ch = cb * bk + kcols
+            if c["EVEN_C"]:
+                cmask = torch.ones_like(ch, dtype=torch.bool)
+            else:
+                cmask = (ch // c["VEC"]) < (s["C_G"] // c["VEC"])
+            mask = ok[:, None] & cmask[None, :]
+            offs = base[:, None] + ch[None, :]
+            yield torch.where(mask, xf[offs.clamp(0, xf.numel() - 1)], 0.0), (tap * s["NCB"] + cb) * bk
+
+
+def _tma_box(plan: Plan, xf, tmap, img: int, h0: int, w0: int, channel: int) -> torch.Tensor:
+    """The TMA box of ``tmap`` at ``(img, h0, w0, channel)`` as ``[box pixels, channels]``: zeros where a
+    coordinate is out of the whole tensor's bounds (padding, negative coordinates, channels past the end)."""
+    _, bh, bw, bk = tmap.block
+    n_all, h_all, w_all, c_all = tmap.shape
+    pix = torch.arange(bh * bw)
+    h, w_ = h0 + pix // bw, w0 + pix % bw
+    cabs = channel + torch.arange(bk)
+    ok = (img < n_all) & (h >= 0) & (h < h_all) & (w_ >= 0) & (w_ < w_all)
+    base = torch.where(ok, img * tmap.strides[0] + h * tmap.strides[1] + w_ * tmap.strides[2], 0)
+    mask = ok[:, None] & (cabs < c_all)[None, :]
+    return torch.where(mask, xf[(base[:, None] + cabs[None, :]).clamp(0, xf.numel() - 1)], 0.0)
+
+
+def _box_tiles(plan: Plan, xf, img, corner, g):
+    """``fwd_box``'s k-steps: per (tap, channel block) one TMA box at the tap's offset."""
+    s, c = dict(plan.scalars), dict(plan.constexprs)
+    bk = c["BLOCK_K"]
+    assert plan.x_map.block == (1, c["BOX_H"], c["BOX_W"], bk)
+    for tap in range(s["TAPS"]):
+        r, t = divmod(tap, s["S"])
+        h = corner[0] * c["BOX_H"] - s["PAD_H"] + r * s["DIL_H"]
+        w_ = corner[1] * c["BOX_W"] - s["PAD_W"] + t * s["DIL_W"]
+        for cb in range(s["NCB"]):
+            a = _tma_box(plan, xf, plan.x_map, int(img[0]), h, w_, g * s["C_G"] + cb * bk)
+            yield a, (tap * s["NCB"] + cb) * bk
+
+
+def _column_tiles(plan: Plan, xf, img, corner, g):
+    """``fwd_rows_box``'s k-steps: per (filter column, channel block) the tall box, the tile's box and the
+    ``HALO_H`` rows below it (two TMA copies, one above the other), then each filter row ``r``'s view,
+    ``r ROW_DIL`` box rows down, against that tap's weight column."""
+    s, c = dict(plan.scalars), dict(plan.constexprs)
+    bh, bw, bk, halo = c["BOX_H"], c["BOX_W"], c["BLOCK_K"], c["HALO_H"]
+    assert plan.x_map.block == (1, bh, bw, bk) and plan.x_hi_map.block == (1, halo, bw, bk)
+    assert (c["ROWS"] - 1) * c["ROW_DIL"] <= halo, "the tall box must hold the column's rows"
+    h = corner[0] * bh - s["PAD_H"]
+    for col in range(s["S"]):
+        w_ = corner[1] * bw - s["PAD_W"] + col * s["DIL_W"]
+        for cb in range(s["NCB"]):
+            channel = g * s["C_G"] + cb * bk
+            tall = torch.cat([_tma_box(plan, xf, plan.x_map, int(img), h, w_, channel),
+                              _tma_box(plan, xf, plan.x_hi_map, int(img), h + bh, w_, channel)])
+            for r in range(c["ROWS"]):
+                start = r * c["ROW_DIL"] * bw
+                yield tall[start:start + bh * bw], ((r * s["S"] + col) * s["NCB"] + cb) * bk
 
 
 # ---- the weight gradient -----------------------------------------------------------------------------------

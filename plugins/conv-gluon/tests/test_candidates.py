@@ -44,14 +44,17 @@ def test_backend_loads_through_its_entry_point():
 
 
 @pytest.mark.parametrize("p, kernels", [
-    (problem(), ["fwd_gather", "fwd_box"]),
+    (problem(), ["fwd_gather", "fwd_box", "fwd_rows_box"]),  # a 3-row filter: its columns' taps share a tall box
     (problem(stride=2), ["fwd_gather"]),  # boxes need stride 1
     (problem(in_channels=3), ["fwd_gather"]),  # 6-byte pixels: no TMA box
-    (problem(in_channels=40, dilation=2, padding=2), ["fwd_gather", "fwd_box"]),
+    (problem(in_channels=40, dilation=2, padding=2), ["fwd_gather", "fwd_box", "fwd_rows_box"]),
+    (problem(filter_size=(5, 3), padding=2), ["fwd_gather", "fwd_box"]),  # columns of 3 rows only
     (problem(in_channels=48, out_channels=48, groups=2), ["fwd_gather"]),  # 24 channels per group straddle a block
-    (problem(in_channels=64, out_channels=64, groups=4), ["fwd_gather", "fwd_box"]),  # 16 per group: whole blocks
+    # 16 per group: whole blocks
+    (problem(in_channels=64, out_channels=64, groups=4), ["fwd_gather", "fwd_box", "fwd_rows_box"]),
     (problem(input_size=(30,), filter_size=5, padding=2), ["fwd_gather", "fwd_box"]),  # 1D
-    (problem(dtype="float16", out_dtype="float32", bias=True, activation="gelu_tanh"), ["fwd_gather", "fwd_box"]),
+    (problem(dtype="float16", out_dtype="float32", bias=True, activation="gelu_tanh"),
+     ["fwd_gather", "fwd_box", "fwd_rows_box"]),
     (problem().with_direction("bwd_data"), ["bwd_data_gather", "bwd_data_box"]),
     (problem(stride=2).with_direction("bwd_data"), ["bwd_data_gather", "bwd_data_box"]),  # phases: stride 1
     (problem(out_channels=36).with_direction("bwd_data"), ["bwd_data_gather"]),  # dy pixels of 72 bytes
@@ -197,7 +200,8 @@ def test_tags():
 def test_ids_are_stable_and_name_the_configuration():
     first = [c.kernel_id for c in answer(problem())]
     assert first == [c.kernel_id for c in answer(problem())]
-    assert first == ["gluon:fwd_gather:m128n64k64s6w4g8", "gluon:fwd_box:m128n64k64s6w4g8"]
+    assert first == ["gluon:fwd_gather:m128n64k64s6w4g8", "gluon:fwd_box:m128n64k64s6w4g8",
+                     "gluon:fwd_rows_box:m128n64k64s8w4g8"]
 
 
 def test_estimates_are_finite_and_above_the_roofline():

@@ -41,9 +41,17 @@ def test_every_shipped_configuration_is_compiled_in_every_mode():
         done = {job.config for job in JOBS if job.mode == mode and job.shape == aot.base_shape(mode)}
         assert shipped | space == done, mode
     assert {job.dtype for job in JOBS} == {"bfloat16", "float16"}
-    for mode in ("tma_box", "wgrad_box"):
+    for mode in ("tma_box", "tma_rows", "wgrad_box"):
         box_shapes = {aot.job_plan(job)[1].x_map.block[1:3] for job in JOBS if job.mode == mode}
         assert {bw for _, bw in box_shapes} == set(tab.box_widths), mode  # every box width the table allows
+
+
+def test_forward_jobs_cover_both_epilogues_of_the_filter_columns():
+    """``fwd_rows_box`` stores 16-bit dense outputs by TMA and the others from registers (or staged): both are
+    compiled."""
+    plans = [aot.job_plan(job)[1] for job in JOBS if job.mode == "tma_rows"]
+    stores = {dict(p.constexprs)["TMA_STORE"] for p in plans}
+    assert stores == {True, False} and any(dict(p.constexprs)["STAGE_OUT"] for p in plans)
 
 
 def test_weight_gradient_jobs_cover_both_stores_and_the_second_stage():
@@ -88,13 +96,14 @@ def test_problems_of_flags_what_it_should():
                 sass_transposed_a=False,
                 planned_maxnreg=168, planned_threads=384, registers=168, spill_bytes=0, stack_bytes=0,
                 local_memory=0, sass_local=0, shared=1000, shared_limit=232448, shared_bound=2000, tma_2d=1,
-                tma_4d=0, cp_async=8, cp_async_arrive=1, a_mode="cp_async")
+                tma_4d=0, tma_store=0, cp_async=8, cp_async_arrive=1, a_mode="cp_async")
     assert aot.problems_of(good) == []
     for change in (dict(spill_bytes=8), dict(wgmma_wait=[0]), dict(sass_depbar=[0]), dict(in_flight=3),
                    dict(setmaxnreg=[]), dict(shared=300000), dict(shared=2500), dict(sass_local=1), dict(tma_2d=0),
                    dict(cp_async=0), dict(maxnreg=255), dict(ok=False, error="x"), dict(a_mode="tma_box"),
-                   dict(kind="wgrad")):
+                   dict(kind="wgrad"), dict(tma_store_planned=True)):
         assert aot.problems_of({**good, **change}), change
+    assert aot.problems_of({**good, "tma_store_planned": True, "tma_store": 1}) == []
     wgrad = {**good, "kind": "wgrad", "sass_transposed_a": True}
     assert aot.problems_of(wgrad) == []
     assert aot.problems_of({**wgrad, "a_mode": "tma_box", "tma_2d": 0, "tma_4d": 2, "cp_async": 0}) == []

@@ -66,10 +66,30 @@ def test_plan_computes_the_convolution(name, kernel):
     assert result.ok, f"{kernel} ({p.a_mode}, {p.config_name}): {result.message}"
 
 
-def test_both_kernels_and_all_input_modes_are_covered():
-    modes = {plan.make_plan(make(n), k, configs.select(TAB, plan.KERNELS[k], make(n)), TAB).a_mode for n, k in CASES}
-    assert modes == {"cp_async", "registers", "tma_box"}
+def forward_plan(name: str, kernel: str) -> plan.Plan:
+    return plan.make_plan(make(name), kernel, configs.select(TAB, plan.KERNELS[kernel], make(name)), TAB)
+
+
+def test_every_kernel_and_input_mode_is_covered():
+    plans = [forward_plan(n, k) for n, k in CASES]
+    assert {p.a_mode for p in plans} == {"cp_async", "registers", "tma_box"}
     assert any(plan.weight_matrix(make(n), configs.select(TAB, "fwd_gather", make(n))).packed for n in SHAPES)
+    columns = [p for p in plans if p.rows == 3]  # taps of a filter column sharing a tall box, dilation 1 and 2
+    assert {dict(p.constexprs)["ROW_DIL"] for p in columns} == {1, 2}
+    assert {p.kernel for p in plans} == set(plan.DIRECTION_KERNELS["fwd"])
+
+
+def test_the_forward_filter_column_emulator_catches_a_wrong_row_dilation():
+    """``fwd_rows_box`` reads filter row ``r``'s pixels ``r ROW_DIL`` rows down its tall box: a wrong
+    ``ROW_DIL`` must fail the comparison."""
+    problem = make("c40-dil2-fp16")
+    good = forward_plan("c40-dil2-fp16", "fwd_rows_box")
+    constexprs = dict(good.constexprs)
+    constexprs["ROW_DIL"] = 1
+    bad = dataclasses.replace(good, constexprs=tuple(constexprs.items()))
+    operands = random_operands(problem, "cpu", seed=1)
+    out = emulator.run(bad, *operands, problem.output_shape, torch_dtype(problem.result_dtype))
+    assert not compare(problem, out, operands).ok
 
 
 def test_the_emulator_catches_a_wrong_argument():

@@ -14,7 +14,9 @@ sets it up for a launch, and reads the facts that decide whether it can run well
 - shared memory (``metadata.shared``) within the architecture's limit (``conv_core.arch.spec``) and within
   the tables' own bound (``tiling.shared_bytes``);
 - the producer's copies: TMA for the weights (``cp.async.bulk.tensor.2d``), and ``cp.async`` with
-  ``cp.async.mbarrier.arrive.noinc`` (gathering) or ``cp.async.bulk.tensor.4d`` (boxes) for the input.
+  ``cp.async.mbarrier.arrive.noinc`` (gathering) or ``cp.async.bulk.tensor.4d`` (boxes) for the input;
+- the epilogue's TMA store (``cp.async.bulk.tensor.4d.global.shared``) where the plan stores by TMA
+  (``fwd_rows_box`` with a 16-bit, dense output).
 
 Each configuration is compiled for each way of bringing the input (``cp_async`` with 16-byte copies and with
 narrower ones under a channel mask, ``registers``, ``tma_box``) with the heaviest epilogue (bias, gelu), in
@@ -64,6 +66,7 @@ MODES = {
     "cp_async_narrow": ("fwd_gather", lambda c: c.block_k + 2),
     "registers": ("fwd_gather", lambda c: 3),
     "tma_box": ("fwd_box", lambda c: 2 * c.block_k),
+    "tma_rows": ("fwd_rows_box", lambda c: 2 * c.block_k),
     "wgrad_cp_async": ("bwd_weight_gather", lambda c: 2 * c.block_n - 16),
     "wgrad_narrow": ("bwd_weight_gather", lambda c: c.block_n + 2),
     "wgrad_registers": ("bwd_weight_gather", lambda c: 3),
@@ -150,6 +153,8 @@ def representative_problem(job: Job, config: configs.TileConfig) -> ConvProblem 
     apply to the geometry (boxes need stride 1)."""
     if job.weight_grad:
         return weight_grad_problem(job, config)
+    if job.kernel not in plan.KERNELS:  # the data gradient has no kernel of filter columns
+        return None
     cin = MODES[job.mode][1](config)
     fields = {"bias": True, "activation": "gelu", **SHAPES[job.shape]}
     out_dtype = fields.pop("out_dtype", job.dtype)
@@ -160,9 +165,9 @@ def representative_problem(job: Job, config: configs.TileConfig) -> ConvProblem 
         cout = 2 * config.block_n - (3 if job.dtype == "float16" else 0)
         problem = ConvProblem("fwd", in_channels=cin, out_channels=cout, dtype=job.dtype, out_dtype=out_dtype,
                               layout="channels_last", arch=TARGET, **fields)
-    if job.kernel.endswith("_box") and plan.box_issue(problem, config) is not None:
+    if plan.kernel_issue(problem, job.kernel, config, configs.table(TARGET)) is not None:
         return None
-    if job.shape.startswith("box") and job.kernel != "fwd_box":
+    if job.shape.startswith("box") and job.kernel not in ("fwd_box", "fwd_rows_box"):
         return None
     return problem
 
@@ -196,7 +201,7 @@ def jobs() -> list[Job]:
         shipped = compiled_configs(plan.KERNELS[kernel])
         shapes = WGRAD_SHAPES if mode.startswith("wgrad") else SHAPES
         for config in shipped:
-            two_dtypes = mode in ("cp_async", "tma_box", "wgrad_cp_async", "wgrad_box", "wgrad_rows")
+            two_dtypes = mode in ("cp_async", "tma_box", "tma_rows", "wgrad_cp_async", "wgrad_box", "wgrad_rows")
             for dtype in ("bfloat16", "float16") if two_dtypes else ("bfloat16",):
                 found.append(Job(config.name, mode, dtype, base_shape(mode)))
             for shape in shapes:
@@ -257,6 +262,7 @@ def facts(ptx: str, sass: str, ptxas_log: str) -> dict:
         local_memory=len(re.findall(r"\b(?:ld|st)\.local\b", ptx)),
         tma_2d=len(re.findall(r"cp\.async\.bulk\.tensor\.2d", ptx)),
         tma_4d=len(re.findall(r"cp\.async\.bulk\.tensor\.4d", ptx)),
+        tma_store=len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),
         cp_async=len(re.findall(r"cp\.async\.c[ag]\.shared\.global", ptx)),
         cp_async_arrive=len(re.findall(r"cp\.async\.mbarrier\.arrive\.noinc", ptx)),
         sass_hgmma=sorted(set(re.findall(r"HGMMA\.[\w.]+", sass))),
@@ -321,9 +327,8 @@ def compile_job(job: Job) -> dict:
         result.update(kind="wgrad" if job.weight_grad else "conv", a_mode=p.a_mode, planned_maxnreg=p.maxnreg,
                       planned_threads=32 * tiling.total_warps(c.num_warps, producer.warps), stages=p.stages,
                       staged_epilogue=bool(p.staging_bytes), in_flight=getattr(p, "in_flight", 1),
-                      shared_bound=tiling.shared_bytes(c.block_m, c.block_n, c.block_k, p.stages,
-                                                       element_size(problem.dtype), p.staging_bytes,
-                                                       getattr(p, "halo", 0)))
+                      tma_store_planned=bool(dict(p.constexprs).get("TMA_STORE")),
+                      shared_bound=p.shared_bound)
         compiled, found = compile_plan(p, plan.role_dtypes(problem, p), unaligned)
         result["unaligned"] = list(unaligned)
         result.update(ok=True, shared=compiled.metadata.shared, **found)
@@ -369,6 +374,8 @@ def problems_of(result: dict) -> list[str]:
         issues.append("dy is not loaded by TMA" if weight_grad else "the weights are not loaded by TMA")
     if mode == "tma_box" and not result["tma_4d"]:
         issues.append("tma_box without a 4D TMA load")
+    if result.get("tma_store_planned") and not result["tma_store"]:
+        issues.append("the plan stores by TMA, the PTX has no TMA store")
     if mode == "cp_async" and not (result["cp_async"] and result["cp_async_arrive"]):
         issues.append("cp_async without cp.async copies and their noinc mbarrier arrivals")
     if mode != "cp_async" and result["cp_async"]:

@@ -8,6 +8,8 @@ For a supported problem each applicable kernel gives one candidate, with the con
                      (``cp.async``, or through registers for odd channel counts)
 ``fwd_box``          forward at stride 1 with channels a multiple of 8: the input tile as TMA boxes of output
                      pixels (one producer warp)
+``fwd_rows_box``     the same for filters of 3 rows, a k-step per filter column: its 3 taps read one tall box
+                     (the tile's box and the rows below), each against its own weight tile
 ``bwd_data_gather``  data gradient, any 1D/2D geometry: the forward kernel once per stride phase, on ``dy``
                      and the transposed, flipped weight restricted to the phase's taps
 ``bwd_data_box``     the same with ``dy`` as TMA boxes (output channels a multiple of 8)

@@ -18,7 +18,7 @@ from conv_core.sweep import layer_key, read_swept
 
 #: Kernel families with tables: one per candidate kernel (their producers leave the consumer different
 #: register budgets, so their largest tiles differ).
-FAMILIES = ("fwd_gather", "fwd_box", "bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")
+FAMILIES = ("fwd_gather", "fwd_box", "fwd_rows_box", "bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")
 
 #: Families of the weight-gradient kernel (``kernels/bwd_weight.py``): their tiles are read differently.
 WEIGHT_GRAD_FAMILIES = ("bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")

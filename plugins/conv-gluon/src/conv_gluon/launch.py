@@ -142,11 +142,23 @@ def _launch_matrix(plan: Plan, x: torch.Tensor, matrix: torch.Tensor, bias: torc
     from .kernels.fwd import conv_fwd
 
     w_desc = descriptors.build(matrix, plan.w_map)
-    x_arg = descriptors.build(x, plan.x_map) if plan.x_map is not None else x
+    x_arg, x_hi = _input_args(plan, x)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     grid = (tiling.persistent_programs(plan.tiles.num_tiles, sm_count(index)),)
-    conv_fwd[grid](x_arg, w_desc, dummy if bias is None else bias, y, **dict(plan.scalars),
+    y_desc = descriptors.build(y, plan.y_map) if plan.y_map is not None else y
+    conv_fwd[grid](x_arg, x_hi, w_desc, dummy if bias is None else bias, y, y_desc, **dict(plan.scalars),
                    **dict(plan.constexprs), num_warps=plan.num_warps, maxnreg=plan.maxnreg)
+
+
+def _input_args(plan: Plan, x: torch.Tensor):
+    """The forward kernel's ``x`` and ``x_hi``: the input's descriptors (boxes), or the tensor twice
+    (gathered); ``x_hi`` is ``x`` but for ``fwd_rows_box``, whose second box is shorter."""
+    from . import descriptors
+
+    if plan.x_map is None:
+        return x, x
+    x_arg = descriptors.build(x, plan.x_map)
+    return x_arg, (descriptors.build(x, plan.x_hi_map) if plan.x_hi_map is not None else x_arg)
 
 
 def warmup(problem: ConvProblem, plan: Plan | DataGradPlan | WeightGradPlan, device: torch.device) -> None:
@@ -171,13 +183,13 @@ def warmup(problem: ConvProblem, plan: Plan | DataGradPlan | WeightGradPlan, dev
     a_dtype, w_dtype = problem.operand_dtypes
     launches = [(ph.plan, ph.y_offset) for ph in plan.phases] if isinstance(plan, DataGradPlan) else [(plan, 0)]
     for p, y_offset in launches:
-        x = placeholder(a_dtype)
-        x_arg = descriptors.build(x, p.x_map) if p.x_map is not None else x
+        x_arg, x_hi = _input_args(p, placeholder(a_dtype))
         w_desc = descriptors.build(placeholder(w_dtype), p.w_map)
         dummy = placeholder(problem.result_dtype)  # the bias, or what stands for it: aligned
         y = dummy[y_offset % (TMA_ALIGN // dummy.element_size()):]
-        conv_fwd.warmup(x_arg, w_desc, dummy, y, **dict(p.scalars), **dict(p.constexprs), num_warps=p.num_warps,
-                        maxnreg=p.maxnreg, grid=(1,))
+        y_desc = descriptors.build(y, p.y_map) if p.y_map is not None else y
+        conv_fwd.warmup(x_arg, x_hi, w_desc, dummy, y, y_desc, **dict(p.scalars), **dict(p.constexprs),
+                        num_warps=p.num_warps, maxnreg=p.maxnreg, grid=(1,))
 
 
 def _warmup_weight_grad(problem: ConvProblem, plan: WeightGradPlan, placeholder) -> None:

@@ -28,16 +28,19 @@ from .tiling import Geometry, TileGrid
 
 #: Candidate kernels (the ``kernel`` part of the id) -> the configuration family they take. The data gradient
 #: runs the forward kernel (one launch per stride phase), so it takes the forward tables.
-KERNELS = {"fwd_gather": "fwd_gather", "fwd_box": "fwd_box", "bwd_data_gather": "fwd_gather",
+KERNELS = {"fwd_gather": "fwd_gather", "fwd_box": "fwd_box", "fwd_rows_box": "fwd_rows_box",
+           "bwd_data_gather": "fwd_gather",
            "bwd_data_box": "fwd_box", "bwd_weight_gather": "bwd_weight_gather", "bwd_weight_box": "bwd_weight_box",
            "bwd_weight_rows_box": "bwd_weight_rows_box"}
 
 #: The candidate kernels of each direction: the gathering one first, then those reading TMA boxes.
-DIRECTION_KERNELS = {"fwd": ("fwd_gather", "fwd_box"), "bwd_data": ("bwd_data_gather", "bwd_data_box"),
+DIRECTION_KERNELS = {"fwd": ("fwd_gather", "fwd_box", "fwd_rows_box"), "bwd_data": ("bwd_data_gather", "bwd_data_box"),
                      "bwd_weight": ("bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")}
 
-#: The weight gradient whose units take a whole filter column: filters of exactly this many rows.
-ROWS_KERNEL, ROWS = "bwd_weight_rows_box", 3
+#: The kernels whose k-steps take a whole filter column, its taps sharing one input box: the forward (a tall
+#: box read as three views a row of taps apart) and the weight gradient (units of a column). Filters of
+#: exactly ``ROWS`` rows.
+ROWS_KERNELS, ROWS = ("fwd_rows_box", "bwd_weight_rows_box"), 3
 
 #: Largest element count of any tensor the kernels index with 32-bit offsets.
 INT32_ELEMENTS = 2**31 - 1
@@ -101,6 +104,15 @@ class Plan:
     stages: int
     #: shared memory bound of the epilogue's staging (0: stores straight from registers)
     staging_bytes: int
+    #: filter rows per k-step: 1, or ``ROWS`` (``fwd_rows_box``: the taps of a filter column share a tall box)
+    rows: int = 1
+    #: pixels of the tall box below the tile's (``fwd_rows_box``), loaded through ``x_hi_map``
+    halo: int = 0
+    x_hi_map: TensorMap | None = None
+    #: ``fwd_rows_box``: the input ring's tall boxes (its weight ring has ``stages``)
+    boxes: int = 0
+    #: the output's descriptor where the epilogue stores by TMA (``fwd_rows_box``, :func:`tma_store_issue`)
+    y_map: TensorMap | None = None
 
     @property
     def config_name(self) -> str:
@@ -113,8 +125,21 @@ class Plan:
 
     @property
     def tensor_maps(self) -> dict[str, TensorMap]:
-        """The kernel's descriptor arguments: name -> what to build."""
-        return {"w_desc": self.w_map, **({"x": self.x_map} if self.x_map is not None else {})}
+        """The kernel's descriptor arguments: name -> what to build (``x_hi`` is ``x`` again but for
+        ``fwd_rows_box``; without ``y_desc`` the kernel gets ``y_ptr`` again in its place)."""
+        maps = {"w_desc": self.w_map}
+        if self.x_map is not None:
+            maps.update(x=self.x_map, x_hi=self.x_hi_map or self.x_map)
+        if self.y_map is not None:
+            maps["y_desc"] = self.y_map
+        return maps
+
+    @property
+    def shared_bound(self) -> int:
+        """Upper bound of the kernel's shared memory (what the compile checks hold it to)."""
+        c = self.config
+        return tiling.shared_bytes(c.block_m, c.block_n, c.block_k, self.stages, element_size(self.dtype),
+                                   self.staging_bytes, self.halo, self.boxes)
 
 
 # ---- support ------------------------------------------------------------------------------------------
@@ -162,13 +187,25 @@ def rows_box(g: Geometry, block_k: int, widths: tuple[int, ...]) -> tuple[int, i
     return tiling.box_shape(g.p, g.q, block_k, widths, min_rows=(ROWS - 1) * g.dil[0], min_width=ROWS_MIN_WIDTH)
 
 
-def rows_issue(problem: ConvProblem, config: TileConfig, widths: tuple[int, ...]) -> str | None:
-    """Why ``bwd_weight_rows_box`` cannot run ``problem`` with ``config`` (beyond :func:`box_issue`), or None."""
+def rows_halo(g: Geometry) -> int:
+    """Rows of ``fwd_rows_box``'s second box, below the tile's: the last tap's ``(ROWS - 1) DIL_H`` more,
+    rounded up to a power of two (a TMA box's shape, as Gluon allocates it)."""
+    reach = (ROWS - 1) * g.dil[0]
+    return 1 << (reach - 1).bit_length()
+
+
+def rows_issue(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> str | None:
+    """Why a kernel of a filter column (``ROWS_KERNELS``) cannot run ``problem`` with ``config`` (beyond
+    :func:`box_issue`), or None."""
     g = Geometry.of(problem)
     if g.r != ROWS:
-        return f"a filter of {g.r} rows: units of a filter column take {ROWS} rows"
+        return f"a filter of {g.r} rows: a filter column's taps are {ROWS} rows"
+    if kernel.startswith("fwd"):
+        if rows_halo(g) > tiling.TMA_BOX_LIMIT:
+            return f"dilation {g.dil[0]}: the box below the tile would have more than {tiling.TMA_BOX_LIMIT} rows"
+        return None
     try:
-        rows_box(g, config.block_k, widths)
+        rows_box(g, config.block_k, tab.box_widths)
     except ValueError:
         return (f"dilation {g.dil[0]}: no box of {config.block_k} pixels has {(ROWS - 1) * g.dil[0]} rows of at "
                 f"least {ROWS_MIN_WIDTH}")
@@ -177,10 +214,10 @@ def rows_issue(problem: ConvProblem, config: TileConfig, widths: tuple[int, ...]
 
 def kernel_issue(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> str | None:
     """Why candidate kernel ``kernel`` cannot run ``problem`` with ``config`` (a box kernel: boxes must carry
-    the input; the rows kernel: a filter of 3 rows and a box of the table's widths for it), or None."""
+    the input; a kernel of a filter column: a filter of 3 rows and a box for it), or None."""
     issue = box_issue(problem, config) if kernel.endswith("_box") else None
-    if issue is None and kernel == ROWS_KERNEL:
-        issue = rows_issue(problem, config, tab.box_widths)
+    if issue is None and kernel in ROWS_KERNELS:
+        issue = rows_issue(problem, kernel, config, tab)
     return issue
 
 
@@ -254,16 +291,27 @@ def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, 
     producer = tab.producers[a_mode]
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     out_size = element_size(out_dtype or dtype)
-    stage_out = not tiling.direct_store(g.cout, sy, y_offset, out_size)
-    staging = tiling.staging_bytes(bm, bn, out_size) if stage_out else 0
-    stages = tiling.fitting_stages(bm, bn, bk, config.stages, element_size(dtype), staging,
-                                   spec(tab.name).shared_memory_bytes)
+    rows = ROWS if kernel == "fwd_rows_box" else 1
+    tma_store = rows > 1 and tma_store_issue(g, out_channels, sy, y_offset, out_size, bn) is None
+    stage_out = not tma_store and not tiling.direct_store(g.cout, sy, y_offset, out_size)
+    if tma_store:
+        staging = bm * bn * out_size  # the whole tile, the TMA copy's source
+    else:
+        staging = tiling.staging_bytes(bm, bn, out_size) if stage_out else 0
+    halo_rows = rows_halo(g) if rows > 1 else 0
     if a_mode == "tma_box":
-        box = tiling.box_shape(g.p, g.q, bm, tab.box_widths_for(bn))
+        box = tiling.box_shape(g.p, g.q, bm, tab.box_widths_for(bn), halo=halo_rows)
         tiles = tiling.box_grid(g, box, bn)
     else:
         box = (1, 1)
         tiles = tiling.gather_grid(g, bm, bn)
+    halo = halo_rows * box[1]
+    limit = spec(tab.name).shared_memory_bytes
+    if rows > 1:
+        stages, boxes = tiling.fitting_tall_stages(bm, bn, bk, config.stages, element_size(dtype), staging, limit,
+                                                   halo, rows)
+    else:
+        stages, boxes = tiling.fitting_stages(bm, bn, bk, config.stages, element_size(dtype), staging, limit), 0
     ncb = tiling.channel_blocks(g.cin, bk)
     sx = dense_nhwc_strides(g.batch, g.h, g.w, in_channels)
     scalars = dict(M=g.pixels, P=g.p, Q=g.q, H=g.h, W=g.w, C_G=g.cin, K_G=g.cout, S=g.s, TAPS=g.taps, NCB=ncb,
@@ -274,15 +322,36 @@ def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, 
     constexprs = dict(A_MODE=A_MODES[a_mode], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages,
                       GROUP_M=config.group_m, BOX_H=box[0], BOX_W=box[1], VEC=tiling.vector_width(g.cin),
                       EVEN_C=g.cin % bk == 0, HAS_BIAS=bias, ACTIVATION=ACTIVATIONS[activation or ""],
-                      STAGE_OUT=stage_out,
+                      STAGE_OUT=stage_out, ROWS=rows, ROW_DIL=g.dil[0] if rows > 1 else 0, HALO_H=halo_rows,
+                      A_STAGES=boxes, TMA_STORE=tma_store,
                       PRODUCER_WARPS=producer.warps, PRODUCER_REGS=producer.regs)
     w_map = TensorMap((weight.rows, weight.cols), (weight.cols, 1), (bn, bk))
-    x_map = None
+    x_map = x_hi_map = None
     if a_mode == "tma_box":
         x_map = TensorMap((g.batch, g.h, g.w, in_channels), (*sx, 1), (1, box[0], box[1], bk))
-    limit = tiling.maxnreg(config.num_warps, producer.warps, tab.registers_per_sm, tab.max_registers_per_thread)
+    if rows > 1:
+        x_hi_map = dataclasses.replace(x_map, block=(1, halo_rows, box[1], bk))
+    y_map = None
+    if tma_store:
+        y_map = TensorMap((g.batch, g.p, g.q, out_channels), (*sy, 1), (1, box[0], box[1], bn))
+    regs = tiling.maxnreg(config.num_warps, producer.warps, tab.registers_per_sm, tab.max_registers_per_thread)
     return Plan(kernel, a_mode, config, tiles, tuple(scalars.items()), tuple(constexprs.items()), config.num_warps,
-                limit, weight, w_map, x_map, dtype, stages, staging)
+                regs, weight, w_map, x_map, dtype, stages, staging, rows, halo, x_hi_map, boxes, y_map)
+
+
+def tma_store_issue(g: Geometry, out_channels: int, sy: tuple[int, int, int], y_offset: int, out_size: int,
+                    block_n: int) -> str | None:
+    """Why the epilogue cannot store its box tile by TMA, or None: the tile is staged whole in shared memory, so
+    16-bit outputs only; TMA clips at the tensor's edges only, so a tile must not reach into the next group's
+    channels; the output dense channels-last from a 16-byte aligned start, its pixels whole 16-byte runs."""
+    if out_size != 2:
+        return f"{8 * out_size}-bit output: a whole tile of it does not fit beside the rings"
+    if g.groups > 1 and g.cout % block_n:
+        return f"{g.cout} output channels per group: a tile would store into the next group's"
+    if y_offset or sy != (g.p * g.q * out_channels, g.q * out_channels, out_channels) \
+            or out_channels * out_size % TMA_ALIGN:
+        return "the output is not dense channels-last with 16-byte pixels"
+    return None
 
 
 # ---- the data gradient: one forward launch per stride phase ------------------------------------------------
@@ -450,6 +519,13 @@ class WeightGradPlan:
         return {"dy_desc": self.dy_map, **({"x": self.x_map} if self.x_map is not None else {})}
 
     @property
+    def shared_bound(self) -> int:
+        """Upper bound of the kernel's shared memory (what the compile checks hold it to)."""
+        c = self.config
+        return tiling.shared_bytes(c.block_m, c.block_n, c.block_k, self.stages, element_size(self.dtype),
+                                   self.staging_bytes, self.halo)
+
+    @property
     def in_flight(self) -> int:
         """The ``wgmma`` groups the consumer leaves in flight while releasing the previous stage: one, or a
         filter column's step (three taps, one group per box row each)."""
@@ -490,7 +566,7 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
     x_mode = a_mode_of(kernel, g.cin, problem.dtype)
     producer = tab.weight_grad.producers[x_mode]
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    rows = ROWS if kernel == ROWS_KERNEL else 1
+    rows = ROWS if kernel in ROWS_KERNELS else 1
     if rows > 1:
         box = rows_box(g, bk, tab.box_widths)
     else:
@@ -548,13 +624,15 @@ TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 
 def role_dtypes(problem: ConvProblem, plan: Plan | WeightGradPlan | None = None) -> dict[str, str]:
-    """Element dtype of each tensor argument of the forward kernel (for the data gradient: ``x`` is ``dy``,
-    ``y_ptr`` is ``dx``), or of the weight-gradient kernel (``out_ptr``: the float32 partials when split)."""
+    """Element dtype of each tensor argument of the forward kernel (for the data gradient: ``x`` and ``x_hi``
+    are ``dy``, ``y_ptr`` is ``dx``), or of the weight-gradient kernel (``out_ptr``: the float32 partials when
+    split)."""
     a, b = problem.operand_dtypes
     if problem.direction == "bwd_weight":
         split = plan is not None and plan.split
         return {"dy_desc": b, "x": a, "out_ptr": "float32" if split else problem.result_dtype}
-    return {"x": a, "w_desc": b, "bias_ptr": problem.result_dtype, "y_ptr": problem.result_dtype}
+    return {"x": a, "x_hi": a, "w_desc": b, "bias_ptr": problem.result_dtype, "y_ptr": problem.result_dtype,
+            "y_desc": problem.result_dtype}
 
 
 def aot_specialization(plan: Plan | WeightGradPlan, arg_names, dtypes: dict[str, str], descriptor_signature,

@@ -55,13 +55,14 @@ def channel_blocks(cin: int, block_k: int) -> int:
 
 
 def box_shape(p: int, q: int, block_m: int, widths: tuple[int, ...], min_rows: int = 1,
-              min_width: int = 8) -> tuple[int, int]:
+              min_width: int = 8, halo: int = 0) -> tuple[int, int]:
     """``(BOX_H, BOX_W)`` of the ``tma_box`` tile: ``block_m`` output pixels as a rectangle of one image.
 
     The widths come from the table (multiples of 8, so the box's rows stay whole swizzle lines); the one
     that wastes the fewest pixel slots on a ``p x q`` image wins, then the wider (longer TMA rows). The
     weight gradient's units of a filter column want at least ``min_rows`` rows (two boxes stacked hold the
-    three taps' rows) and ``min_width`` pixels per row (one ``wgmma`` K per box row).
+    three taps' rows) and ``min_width`` pixels per row (one ``wgmma`` K per box row). ``fwd_rows_box`` loads
+    ``halo`` rows more than the box's: the slots count with them, so taller boxes win.
     """
     best, best_key = None, None
     for bw in widths:
@@ -70,7 +71,7 @@ def box_shape(p: int, q: int, block_m: int, widths: tuple[int, ...], min_rows: i
         bh = block_m // bw
         if bh < min_rows or bw < min_width:
             continue
-        slots = cdiv(p, bh) * cdiv(q, bw) * block_m
+        slots = cdiv(p, bh) * cdiv(q, bw) * block_m * (bh + halo) / bh
         key = (slots, -bw)
         if best_key is None or key < best_key:
             best, best_key = (bh, bw), key
@@ -185,10 +186,23 @@ BARRIER_BYTES = 8
 SHARED_SLACK = 1024
 
 
-def ring_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, halo: int = 0) -> int:
+def ring_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, halo: int = 0,
+               boxes: int = 0) -> int:
     """Shared memory of the ring: per stage an input tile, a weight tile and two barriers (the weight
-    gradient's units of a filter column: ``halo`` more pixels of ``BLOCK_N`` channels, its second x box)."""
+    gradient's units of a filter column: ``halo`` more pixels of ``BLOCK_N`` channels, its second x box).
+
+    ``fwd_rows_box`` (``boxes`` > 0) has two rings: ``stages`` weight tiles, and ``boxes`` tall input boxes of
+    ``block_m + halo`` pixels."""
+    if boxes:
+        inputs = boxes * ((block_m + halo) * block_k * element_size + 2 * BARRIER_BYTES)
+        return inputs + stages * (block_n * block_k * element_size + 2 * BARRIER_BYTES)
     return stages * (((block_m + block_n) * block_k + halo * block_n) * element_size + 2 * BARRIER_BYTES)
+
+
+def tall_stages(weight_stages: int, rows: int) -> int:
+    """``fwd_rows_box``'s input ring: one tall box more than the weight ring's ``weight_stages`` tiles cover
+    (``rows`` a box), so that the producer can load a whole step ahead of the MMAs."""
+    return cdiv(weight_stages, rows) + 1
 
 
 #: Below this, the epilogue's staging takes a tile in one round.
@@ -204,10 +218,10 @@ def staging_bytes(block_m: int, block_n: int, out_element_size: int) -> int:
 
 
 def shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int = 0,
-                 halo: int = 0) -> int:
-    """Upper bound of the kernel's shared memory: the ring, the epilogue's staging (0: stored from
-    registers) and the compiler's own."""
-    return ring_bytes(block_m, block_n, block_k, stages, element_size, halo) + staging + SHARED_SLACK
+                 halo: int = 0, boxes: int = 0) -> int:
+    """Upper bound of the kernel's shared memory: the ring (:func:`ring_bytes`), the epilogue's staging (0:
+    stored from registers) and the compiler's own."""
+    return ring_bytes(block_m, block_n, block_k, stages, element_size, halo, boxes) + staging + SHARED_SLACK
 
 
 def fitting_stages(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int,
@@ -217,6 +231,22 @@ def fitting_stages(block_m: int, block_n: int, block_k: int, stages: int, elemen
     while stages > 2 and shared_bytes(block_m, block_n, block_k, stages, element_size, staging, halo) > limit:
         stages -= 1
     return stages
+
+
+def fitting_tall_stages(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int,
+                        limit: int, halo: int, rows: int) -> tuple[int, int]:
+    """``fwd_rows_box``'s ``(weight stages, input boxes)``: the configured weight ring with
+    :func:`tall_stages` boxes, or, where that does not fit beside the epilogue's staging, fewer boxes first
+    (down to 2: one read, one loading), then fewer weight tiles (down to 2)."""
+    boxes = tall_stages(stages, rows)
+    while shared_bytes(block_m, block_n, block_k, stages, element_size, staging, halo, boxes) > limit:
+        if boxes > 2:
+            boxes -= 1
+        elif stages > 2:
+            stages -= 1
+        else:
+            break
+    return stages, boxes
 
 
 # ---- the data gradient as forward convolutions, one per stride phase ----------------------------------------

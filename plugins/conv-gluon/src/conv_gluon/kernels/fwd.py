@@ -39,6 +39,15 @@ two partitions over the same sequence of (tile, k-step), through the ring, barri
     masked store: straight from the accumulator registers, or staged through shared memory where 16-bit
     stores cannot be paired, ``STAGE_OUT``), while the producer already fills the ring with the next tile.
 
+``fwd_rows_box`` (``ROWS = 3``, ``tma_box`` and a filter of 3 rows) walks a tile's reduction by filter column
+instead of by tap: a k-step is a (column ``s``, channel block), and its three taps ``(r, s)`` read the same
+input box ``r * DIL_H`` rows further down. So the producer loads one *tall box* per step (the tile's
+``BOX_H`` rows and the ``HALO_H`` rows below them: two TMA copies into one stage of an input ring of
+``A_STAGES``) and the column's three weight tiles (into a weight ring of ``STAGES``), and the consumer issues
+three ``wgmma``s on views of the tall box ``r * ROW_DIL`` box rows down. Per three MMAs that is one input box
+and a bit, where per-tap steps load three: the large forward layers are bound by what the SMs read from L2.
+Its epilogue stores 16-bit dense outputs by TMA (``TMA_STORE``: ``common.store_box_tile``).
+
 The data gradient runs this same kernel once per stride phase (``plan.make_bwd_data_plan``): ``x`` is then
 ``dy``, the weight matrix the phase's transposed taps, and ``y_ptr`` / ``sy_*`` the phase's pixels of ``dx``.
 
@@ -49,10 +58,10 @@ Nothing is atomic and every tile's reduction order is fixed: results are bitwise
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from .codes import A_MODES
-from .common import store_tile, tile_coords
+from .common import store_box_tile, store_tile, tile_coords
 from .compat import tma_load
 from .pipeline import (
     accumulator_layout,
@@ -74,6 +83,43 @@ TMA_BOX = gl.constexpr(A_MODES["tma_box"])
 
 
 @gluon.jit
+def _start_accumulator(bias_ptr, g, K_G, n0, cols, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       HAS_BIAS: gl.constexpr, acc_layout: gl.constexpr):
+    """A tile's accumulator: the bias of its output channels, or zeros.
+
+    Every tile starts its accumulator afresh and every wgmma accumulates (use_acc=True). A first wgmma with
+    use_acc=False on the previous tile's registers instead made ptxas serialize all of them (C7514:
+    accumulator registers read between issue and wait). Loaded here, the bias is dead before the MMAs, where
+    an epilogue add would keep BLOCK_N / 4 per-column values live next to the accumulator (and spill)."""
+    acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+    if HAS_BIAS:
+        bias = gl.load(bias_ptr + g * K_G + n0 + cols, mask=cols < K_G - n0, other=0.0).to(gl.float32)
+        acc = acc + bias[None, :]
+    return acc
+
+
+@gluon.jit
+def _box_pixels(pid_m, rows, P, Q, TILES_Q, TILES_IMG, BOX_H: gl.constexpr, BOX_W: gl.constexpr):
+    """``(image, p, q, inside)`` of the tile rows of box tile ``pid_m`` (``BOX_H x BOX_W`` output pixels of
+    one image, row-major), ``inside`` false for the slots past the image's edge."""
+    img = pid_m // TILES_IMG
+    rest = pid_m - img * TILES_IMG
+    tp = rest // TILES_Q
+    p = tp * BOX_H + rows // BOX_W
+    q = (rest - tp * TILES_Q) * BOX_W + rows % BOX_W
+    return img, p, q, (p < P) & (q < Q)
+
+
+@gluon.jit
+def _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H: gl.constexpr, BOX_W: gl.constexpr):
+    """``(image, p0, q0)``: the top-left output pixel of box tile ``pid_m``."""
+    img = pid_m // TILES_IMG
+    rest = pid_m - img * TILES_IMG
+    tp = rest // TILES_Q
+    return img, tp * BOX_H, (rest - tp * TILES_Q) * BOX_W
+
+
+@gluon.jit
 def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
               M, P, Q, K_G, sy_n, sy_h, sy_w, K_STEPS, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
               A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
@@ -86,15 +132,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
     for tile in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
         g, pid_m, pid_n = tile_coords(tile, TILES_M, TILES_N, GROUP_M)
         n0 = pid_n * BLOCK_N
-        # Every tile starts its accumulator afresh, from the bias or from zeros, and every wgmma accumulates
-        # (use_acc=True). A first wgmma with use_acc=False on the previous tile's registers instead made
-        # ptxas serialize all of them (C7514: accumulator registers read between issue and wait). Loaded
-        # here, the bias is dead before the MMAs, where an epilogue add would keep BLOCK_N / 4 per-column
-        # values live next to the accumulator (and spill).
-        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
-        if HAS_BIAS:
-            bias = gl.load(bias_ptr + g * K_G + n0 + cols, mask=cols < K_G - n0, other=0.0).to(gl.float32)
-            acc = acc + bias[None, :]
+        acc = _start_accumulator(bias_ptr, g, K_G, n0, cols, BLOCK_M, BLOCK_N, HAS_BIAS, acc_layout)
         prev = 0
         for kk in range(K_STEPS):
             stage = wait_stage(ready, step)
@@ -112,18 +150,72 @@ def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
         acc = drain_mma(acc, empty, prev)
 
         if A_MODE == TMA_BOX:
-            img = pid_m // TILES_IMG
-            rest = pid_m - img * TILES_IMG
-            tp = rest // TILES_Q
-            p = tp * BOX_H + rows // BOX_W
-            q = (rest - tp * TILES_Q) * BOX_W + rows % BOX_W
-            row_ok = (p < P) & (q < Q)
+            img, p, q, row_ok = _box_pixels(pid_m, rows, P, Q, TILES_Q, TILES_IMG, BOX_H, BOX_W)
         else:
             m = pid_m * BLOCK_M + rows
             row_ok = m < M
             img, p, q = pixel_coords(m, P, Q)
         row_off = img * sy_n + p * sy_h + q * sy_w
         store_tile(acc, y_ptr + (g * K_G + n0), row_off, row_ok, cols, K_G - n0, ACTIVATION, STAGE_OUT)
+
+
+@gluon.jit
+def _rows_view(a_bufs, stage, row, BOX_H: gl.constexpr, HALO_H: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_K: gl.constexpr):
+    """Rows ``row`` to ``row + BOX_H - 1`` of ring stage ``stage``'s tall box as the ``[BLOCK_M, BLOCK_K]``
+    ``wgmma`` operand. A box row is a whole number of swizzle atoms (``BOX_W`` is a multiple of 8), so a view
+    may start on any row; Gluon's subslices may not, hence the index and reinterpretation."""
+    return a_bufs.index(stage * (BOX_H + HALO_H) + row)._reinterpret(a_bufs.dtype, [BLOCK_M, BLOCK_K],
+                                                                     a_bufs.layout)
+
+
+@gluon.jit
+def _rows_consumer(a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, bias_ptr, y_ptr, y_desc,
+                   P, Q, K_G, S, NCB, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, BOX_H: gl.constexpr,
+                   BOX_W: gl.constexpr, HALO_H: gl.constexpr, ROWS: gl.constexpr, ROW_DIL: gl.constexpr,
+                   GROUP_M: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
+                   STAGE_OUT: gl.constexpr, TMA_STORE: gl.constexpr, num_warps: gl.constexpr):
+    """The consumer of ``fwd_rows_box``: per step (filter column, channel block) one tall input box, read by
+    the ``ROWS`` taps of the column as views ``ROW_DIL`` rows apart, each against its own weight tile. One
+    ``wgmma`` in flight, as in :func:`_consumer`; a weight stage is released as soon as its MMA is done, the
+    input box once the column's last tap is. With ``TMA_STORE`` the epilogue goes through ``out_buf`` and a
+    TMA copy (:func:`common.store_box_tile`)."""
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_M, BLOCK_N, num_warps)
+    rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))
+    a_step = 0
+    b_step = 0
+    for tile in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
+        g, pid_m, pid_n = tile_coords(tile, TILES_M, TILES_N, GROUP_M)
+        n0 = pid_n * BLOCK_N
+        acc = _start_accumulator(bias_ptr, g, K_G, n0, cols, BLOCK_M, BLOCK_N, HAS_BIAS, acc_layout)
+        prev_a = 0
+        prev_b = 0
+        for kk in range(S * NCB):
+            a_stage = wait_stage(a_ready, a_step)
+            for r in gl.static_range(ROWS):
+                b_stage = wait_stage(b_ready, b_step)
+                a = _rows_view(a_bufs, a_stage, r * ROW_DIL, BOX_H, HALO_H, BLOCK_M, BLOCK_K)
+                acc = mma_step(a, b_bufs.index(b_stage).permute((1, 0)), acc, b_empty, prev_b, kk * ROWS + r)
+                if r == 0:  # the previous step's last MMA is done: its box is free too
+                    mbarrier.arrive(a_empty.index(prev_a), pred=kk > 0)
+                prev_b = b_stage
+                b_step += 1
+            prev_a = a_stage
+            a_step += 1
+        acc = drain_mma(acc, b_empty, prev_b)
+        mbarrier.arrive(a_empty.index(prev_a))
+
+        if TMA_STORE:
+            img, p0, q0 = _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H, BOX_W)
+            store_box_tile(acc, y_desc, out_buf, [img, p0, q0, g * K_G + n0], ACTIVATION)
+        else:
+            img, p, q, row_ok = _box_pixels(pid_m, rows, P, Q, TILES_Q, TILES_IMG, BOX_H, BOX_W)
+            row_off = img * sy_n + p * sy_h + q * sy_w
+            store_tile(acc, y_ptr + (g * K_G + n0), row_off, row_ok, cols, K_G - n0, ACTIVATION, STAGE_OUT)
+    if TMA_STORE:
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -173,16 +265,12 @@ def _box_producer(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
     step = 0
     for tile in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
         g, pid_m, pid_n = tile_coords(tile, TILES_M, TILES_N, GROUP_M)
-        img = pid_m // TILES_IMG
-        rest = pid_m - img * TILES_IMG
-        tp = rest // TILES_Q
-        h0 = tp * BOX_H - PAD_H
-        w0 = (rest - tp * TILES_Q) * BOX_W - PAD_W
+        img, p0, q0 = _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H, BOX_W)
         w_row = g * K_G + pid_n * BLOCK_N
         for tap in range(TAPS):
             r = tap // S
-            h = h0 + r * DIL_H
-            w = w0 + (tap - r * S) * DIL_W
+            h = p0 - PAD_H + r * DIL_H
+            w = q0 - PAD_W + (tap - r * S) * DIL_W
             for cb in range(NCB):
                 stage = acquire_stage(empty, step)
                 bar = ready.index(stage)
@@ -194,18 +282,103 @@ def _box_producer(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
 
 
 @gluon.jit
-def conv_fwd(x, w_desc, bias_ptr, y_ptr,
+def _rows_producer(x_desc, x_hi_desc, w_desc, a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty,
+                   C_G, K_G, S, NCB, PAD_H, PAD_W, DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
+                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
+                   HALO_H: gl.constexpr, ROWS: gl.constexpr, GROUP_M: gl.constexpr):
+    """The producer of ``fwd_rows_box``: per step, the tall input box of a filter column (the tile's box and
+    the ``HALO_H`` rows below it, two TMA copies into one stage of the input ring), then the column's
+    ``ROWS`` weight tiles into the weight ring."""
+    a_bytes: gl.constexpr = x_desc.block_type.nbytes + x_hi_desc.block_type.nbytes
+    a_step = 0
+    b_step = 0
+    for tile in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
+        g, pid_m, pid_n = tile_coords(tile, TILES_M, TILES_N, GROUP_M)
+        img, p0, q0 = _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H, BOX_W)
+        w_row = g * K_G + pid_n * BLOCK_N
+        h = p0 - PAD_H
+        for s in range(S):
+            w = q0 - PAD_W + s * DIL_W
+            for cb in range(NCB):
+                c = g * C_G + cb * BLOCK_K
+                a_stage = acquire_stage(a_empty, a_step)
+                bar = a_ready.index(a_stage)
+                mbarrier.expect(bar, a_bytes)
+                first = a_stage * (BOX_H + HALO_H)
+                tma_load(x_desc, [img, h, w, c], bar,
+                         a_bufs.index(first)._reinterpret(a_bufs.dtype, x_desc.block_type.shape, x_desc.layout))
+                tma_load(x_hi_desc, [img, h + BOX_H, w, c], bar,
+                         a_bufs.index(first + BOX_H)._reinterpret(a_bufs.dtype, x_hi_desc.block_type.shape,
+                                                                  x_hi_desc.layout))
+                a_step += 1
+                for r in gl.static_range(ROWS):
+                    b_stage = acquire_stage(b_empty, b_step)
+                    bar = b_ready.index(b_stage)
+                    mbarrier.expect(bar, w_desc.block_type.nbytes)
+                    tma_load(w_desc, [w_row, ((r * S + s) * NCB + cb) * BLOCK_K], bar, b_bufs.index(b_stage))
+                    b_step += 1
+
+
+@gluon.jit
+def conv_fwd(x, x_hi, w_desc, bias_ptr, y_ptr, y_desc,
              M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
              sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
              A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
              STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
              VEC: gl.constexpr, EVEN_C: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
-             STAGE_OUT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-             num_warps: gl.constexpr):
+             STAGE_OUT: gl.constexpr, ROWS: gl.constexpr, ROW_DIL: gl.constexpr, HALO_H: gl.constexpr,
+             A_STAGES: gl.constexpr, TMA_STORE: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+             PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """``x``: the NHWC input, a pointer (gathering modes) or a rank-4 TMA descriptor (``tma_box``);
-    ``w_desc``: TMA descriptor of the ``[K_total, TAPS * NCB * BLOCK_K]`` weight with ``[BLOCK_N, BLOCK_K]``
-    blocks; ``bias_ptr``: the bias (any pointer of the output's dtype when ``HAS_BIAS`` is false);
-    ``y_ptr``: the output, ``(image, p, q)`` strides ``sy_*``, channels contiguous."""
+    ``x_hi``: with ``ROWS = 3`` (``fwd_rows_box``), the descriptor of the ``HALO_H``-row boxes below the
+    tile's (else ``x`` again, unused); ``w_desc``: TMA descriptor of the ``[K_total, TAPS * NCB * BLOCK_K]``
+    weight with ``[BLOCK_N, BLOCK_K]`` blocks; ``bias_ptr``: the bias (any pointer of the output's dtype when
+    ``HAS_BIAS`` is false); ``y_ptr``: the output, ``(image, p, q)`` strides ``sy_*``, channels contiguous;
+    ``y_desc``: with ``TMA_STORE``, its descriptor with the tile's box (else ``y_ptr`` again, unused).
+    ``ROWS = 3``: ``STAGES`` weight tiles and ``A_STAGES`` tall input boxes in two rings."""
+    dtype: gl.constexpr = w_desc.dtype
+    if ROWS == 3:
+        gl.static_assert(A_MODE == TMA_BOX, "the taps of a filter column share TMA boxes")
+        # a stage of BOX_H + HALO_H box rows, each a whole number of swizzle atoms: every row may start a view
+        rows_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_K], dtype)
+        a_bufs = gl.allocate_shared_memory(dtype, [A_STAGES * (BOX_H + HALO_H), BOX_W, BLOCK_K], rows_layout)
+        b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+        if TMA_STORE:
+            out_buf = gl.allocate_shared_memory(y_desc.dtype, y_desc.block_type.shape, y_desc.layout)
+        else:
+            out_buf = b_bufs  # (unused)
+        a_ready, a_empty = init_ring(A_STAGES, 1)
+        b_ready, b_empty = init_ring(STAGES, 1)
+        gl.warp_specialize([
+            (_rows_consumer, (a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, bias_ptr, y_ptr, y_desc,
+                              P, Q, K_G, S,
+                              NCB, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, BLOCK_M,
+                              BLOCK_N, BLOCK_K, BOX_H, BOX_W, HALO_H, ROWS, ROW_DIL, GROUP_M, HAS_BIAS, ACTIVATION,
+                              STAGE_OUT, TMA_STORE, num_warps)),
+            (_rows_producer, (x, x_hi, w_desc, a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, C_G, K_G, S,
+                              NCB, PAD_H, PAD_W, DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, BLOCK_N,
+                              BLOCK_K, BOX_H, BOX_W, HALO_H, ROWS, GROUP_M)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+        retire_ring(a_ready, a_empty)
+        retire_ring(b_ready, b_empty)
+    else:
+        gl.static_assert(ROWS == 1, "ROWS is 1 or 3")
+        _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr, M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W,
+                       PAD_H, PAD_W, DIL_H, DIL_W, sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES,
+                       TILES_Q, TILES_IMG, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, BOX_H, BOX_W, VEC,
+                       EVEN_C, HAS_BIAS, ACTIVATION, STAGE_OUT, PRODUCER_WARPS, PRODUCER_REGS, num_warps)
+
+
+@gluon.jit
+def _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr,
+                   M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
+                   sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
+                   A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                   STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
+                   VEC: gl.constexpr, EVEN_C: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
+                   STAGE_OUT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                   num_warps: gl.constexpr):
+    """:func:`conv_fwd` a k-step per (tap, channel block): one ring of input and weight tiles."""
     dtype: gl.constexpr = w_desc.dtype
     if A_MODE == TMA_BOX:
         a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + x.block_type.shape, x.layout)
