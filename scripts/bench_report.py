@@ -9,7 +9,10 @@ checked and each verdict is printed with its numbers. "Few-channel" layers
 are the memory-bound ones with at most ``--few-channels`` channels on one
 side: the RGB stem, the 3-channel image output, the small-K detection heads.
 
-Usage: python3 scripts/bench_report.py --backend rdna --title "..." --out PAGE.md BENCH.json...
+``--png PATH`` also draws the layers' speedups over aten (the ranking's pick and the fastest candidate) as a
+bar chart (``conv_core.chart``; needs matplotlib).
+
+Usage: python3 scripts/bench_report.py --backend rdna --title "..." --out PAGE.md [--png CHART.png] BENCH.json...
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 from conv_core.estimate import roofline_us
 from conv_core.problem import ConvProblem
@@ -102,6 +106,17 @@ def verdicts(facts: list[dict], args) -> list[str]:
     return out
 
 
+def chart(files: list[str], path: str, title: str) -> None:
+    """The bench files' layers as ``conv_core.chart.bar_chart`` draws bench rows (their JSON fields suffice)."""
+    from conv_core.chart import bar_chart
+
+    rows = [SimpleNamespace(layer=f"{Path(f).stem.split('_')[0]}:{row['layer'][:28]}",
+                            problem=SimpleNamespace(direction=row["direction"]), pick_speedup=row["pick_speedup"],
+                            speedup=row["speedup"], aten_us=row["aten_us"], torch_us=row["torch_us"])
+            for f in files for row in json.loads(Path(f).read_text())["rows"]]
+    bar_chart(rows, path, title=title)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", required=True)
@@ -112,6 +127,7 @@ def main(argv=None) -> int:
     p.add_argument("--compute-target", type=float, default=0.8)
     p.add_argument("--ranking-slack", type=float, default=0.05)
     p.add_argument("--few-channels", type=int, default=36)
+    p.add_argument("--png", metavar="PATH", help="also draw the speedups as a bar chart (needs matplotlib)")
     p.add_argument("files", nargs="+")
     args = p.parse_args(argv)
     lines, every = [f"# {args.title}", ""], []
@@ -123,6 +139,8 @@ def main(argv=None) -> int:
         lines += table(facts) + [""]
     lines[2:2] = ["## Targets", "", *verdicts(every, args), ""]
     Path(args.out).write_text("\n".join(lines) + "\n")
+    if args.png:
+        chart(args.files, args.png, args.title)
     print("\n".join(verdicts(every, args)))
     return 0
 

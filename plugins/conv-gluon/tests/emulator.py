@@ -340,11 +340,18 @@ def _bounded(matrix, rows, rows_ok, cols, cols_ok):
 
 def _store_partial(wplan: WeightGradPlan, target, acc, split, g, tap, pid_m, pid_n) -> None:
     """The consumer's epilogue: the tile's real output channels, and its input channels up to the slice's
-    padded row (``dW`` itself: the real ones), into the split's slice."""
+    padded row (``dW`` itself: the real ones), into the split's slice. A TMA store (``TMA_STORE``) writes its
+    box clipped at the result's edges only: the plan must keep it inside the group."""
     s, c = dict(wplan.scalars), dict(wplan.constexprs)
     m0, n0 = pid_m * c["BLOCK_M"], pid_n * c["BLOCK_N"]
     rows, cols = torch.arange(c["BLOCK_M"]), torch.arange(c["BLOCK_N"])
-    mask = (rows < s["K_G"] - m0)[:, None] & (cols < s["OUT_TAP"] - n0)[None, :]  # (the workspace: its padding too)
+    if c["TMA_STORE"]:
+        splits, k_all, taps, out_tap = wplan.out_map.shape
+        assert wplan.out_map.block == (1, c["BLOCK_M"], 1, c["BLOCK_N"]) and out_tap == s["OUT_TAP"]
+        assert split < splits and tap < taps
+        mask = (g * s["K_G"] + m0 + rows < k_all)[:, None] & (n0 + cols < out_tap)[None, :]
+    else:  # (the workspace: its padding too)
+        mask = (rows < s["K_G"] - m0)[:, None] & (cols < s["OUT_TAP"] - n0)[None, :]
     offs = (split * s["SPLIT_STRIDE"] + (g * s["K_G"] + m0) * s["OUT_ROW"] + tap * s["OUT_TAP"] + n0
             + rows[:, None] * s["OUT_ROW"] + cols[None, :])
     assert bool((offs[mask] < target.numel()).all()), "a store beyond the output"

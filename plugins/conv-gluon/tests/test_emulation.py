@@ -296,3 +296,18 @@ def test_the_weight_gradient_emulator_catches_a_wrong_argument():
     problem = make_wgrad("c40-3x3-dil2")
     operands = random_operands(problem, "cpu", seed=4)
     assert not compare(problem, emulator.run_bwd_weight(bad, problem, *operands), operands).ok
+
+
+def test_a_tma_store_reaching_into_the_next_group_is_caught(monkeypatch):
+    """The weight gradient's TMA store clips at the result's edges only, so the plan refuses it where a tile
+    would reach into the next group's output channels; allowed there anyway, the emulated store overwrites the
+    next group's rows (or its result is wrong)."""
+    problem = make_wgrad("groups2")
+    good = wgrad_plan("groups2", "bwd_weight_gather")
+    assert dict(good.constexprs)["TMA_STORE"] is False
+    monkeypatch.setattr(plan, "weight_tma_store_issue", lambda *args: None)
+    bad = wgrad_plan("groups2", "bwd_weight_gather")
+    assert dict(bad.constexprs)["TMA_STORE"] is True
+    operands = random_operands(problem, "cpu", seed=4)
+    with pytest.raises(AssertionError, match="written twice"):
+        emulator.run_bwd_weight(bad, problem, *operands)

@@ -191,12 +191,21 @@ def test_weight_gradient_writes_dw_or_padded_partials():
     whole = wgrad(p, "bwd_weight_gather")
     s = dict(whole.scalars)
     assert whole.splits == 1 and (s["OUT_TAP"], s["OUT_ROW"]) == (40, 9 * 40) and whole.workspace_bytes == 0
-    assert dict(whole.constexprs)["STAGE_OUT"]  # 16-bit dW of 40 channels: staged
+    # 16-bit dW of 40 channels (80-byte tap rows): stored by TMA, [1, K, taps, C_G] clipped at C_G and K
+    assert dict(whole.constexprs)["TMA_STORE"] and not dict(whole.constexprs)["STAGE_OUT"]
+    bm, bn = whole.config.block_m, whole.config.block_n
+    assert whole.out_map == plan.TensorMap((1, 24, 9, 40), (24 * 9 * 40, 9 * 40, 40, 1), (1, bm, 1, bn))
+    odd = wgrad(problem(in_channels=36, out_channels=24).with_direction("bwd_weight"), "bwd_weight_gather")
+    assert dict(odd.constexprs)["STAGE_OUT"] and odd.out_map is None  # 72-byte tap rows: staged, no TMA
+    grouped = wgrad(problem(in_channels=48, out_channels=48, groups=2).with_direction("bwd_weight"),
+                    "bwd_weight_gather")
+    assert grouped.out_map is None  # 24 output channels per group: a tile would reach into the next group
     split = wgrad(p, "bwd_weight_gather", split_steps=1)
     s = dict(split.scalars)
     assert split.splits == s["STEPS"] > 1 and split.c_pad == 48
     assert (s["OUT_TAP"], s["OUT_ROW"], s["SPLIT_STRIDE"]) == (48, 9 * 48, 24 * 9 * 48)
     assert not dict(split.constexprs)["STAGE_OUT"] and split.workspace_bytes == split.splits * 24 * 9 * 48 * 4
+    assert split.out_map == plan.TensorMap((split.splits, 24, 9, 48), (24 * 9 * 48, 9 * 48, 48, 1), (1, bm, 1, bn))
     assert split.sum_scalars == dict(NUMEL=24 * 40 * 9, C_G=40, C_PAD=48, SPLITS=split.splits,
                                      SPLIT_STRIDE=24 * 9 * 48)
     assert split.reduce.programs == -(-24 * 40 * 9 // TAB.weight_grad.reduce_block)
@@ -247,16 +256,18 @@ def test_weight_gradient_specialization():
     wp = wgrad(p, "bwd_weight_box")
     assert wp.split
     dtypes = plan.role_dtypes(p, wp)
-    assert dtypes == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "float32"}
+    assert dtypes == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "float32", "out_desc": "float32"}
     signature, consts, attrs = plan.aot_specialization(wp, conv_bwd_weight.arg_names, dtypes,
                                                        lambda tmap, dtype: f"desc{tmap.block}")
     names = conv_bwd_weight.arg_names
     assert signature["dy_desc"] == f"desc{wp.dy_map.block}" and signature["x"] == f"desc{wp.x_map.block}"
+    assert signature["out_desc"] == f"desc{wp.out_map.block}" and consts["TMA_STORE"] is True
     assert signature["out_ptr"] == "*fp32" and (names.index("out_ptr"),) in attrs
     assert consts["STRIDE_H"] == 1 and consts["GROUPS"] == 1 and set(signature) == set(names)
     sig, consts, _ = plan.sum_specialization(wp, sum_splits.arg_names)
     assert sig["ws_ptr"] == "*fp32" and sig["out_ptr"] == "*bf16" and consts["BLOCK"] == wp.reduce.block
-    assert plan.role_dtypes(p) == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "bfloat16"}
+    assert plan.role_dtypes(p) == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "bfloat16",
+                                   "out_desc": "bfloat16"}
 
 
 def test_weight_gradient_int32_issue():

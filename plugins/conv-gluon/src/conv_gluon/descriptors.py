@@ -12,7 +12,7 @@ from triton.runtime.jit import mangle_type
 from .plan import TensorMap
 
 #: Gluon element types of the dtypes a descriptor may hold.
-GL_DTYPE = {"float16": gl.float16, "bfloat16": gl.bfloat16}
+GL_DTYPE = {"float16": gl.float16, "bfloat16": gl.bfloat16, "float32": gl.float32}
 
 
 def layout(tmap: TensorMap, dtype: str) -> gl.NVMMASharedLayout:

@@ -116,7 +116,8 @@ def _launch_weight_grad(plan: WeightGradPlan, x: torch.Tensor, dy: torch.Tensor,
         else result
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     grid = (tiling.persistent_programs(plan.grid.num_units, sm_count(index)),)
-    conv_bwd_weight[grid](dy_desc, x_arg, target, **dict(plan.scalars), **dict(plan.constexprs),
+    out_desc = descriptors.build(target, plan.out_map) if plan.out_map is not None else target
+    conv_bwd_weight[grid](dy_desc, x_arg, target, out_desc, **dict(plan.scalars), **dict(plan.constexprs),
                           num_warps=plan.num_warps, maxnreg=plan.maxnreg)
     if plan.split:
         sum_splits[(plan.reduce.programs,)](target, result, **plan.sum_scalars, BLOCK=plan.reduce.block,
@@ -202,7 +203,8 @@ def _warmup_weight_grad(problem: ConvProblem, plan: WeightGradPlan, placeholder)
     x = placeholder(dtypes["x"])
     x_arg = descriptors.build(x, plan.x_map) if plan.x_map is not None else x
     target = placeholder(dtypes["out_ptr"])
-    conv_bwd_weight.warmup(dy_desc, x_arg, target, **dict(plan.scalars), **dict(plan.constexprs),
+    out_desc = descriptors.build(target, plan.out_map) if plan.out_map is not None else target
+    conv_bwd_weight.warmup(dy_desc, x_arg, target, out_desc, **dict(plan.scalars), **dict(plan.constexprs),
                            num_warps=plan.num_warps, maxnreg=plan.maxnreg, grid=(1,))
     if plan.split:
         sum_splits.warmup(target, placeholder(plan.result_dtype), **plan.sum_scalars, BLOCK=plan.reduce.block,

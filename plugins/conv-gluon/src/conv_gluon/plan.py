@@ -480,6 +480,8 @@ class WeightGradPlan:
     rows: int = 1
     #: pixels a ring stage holds beyond the dy and x tiles (units of a filter column: the second x box's)
     halo: int = 0
+    #: the result's descriptor (``[splits, K, taps, OUT_TAP]``) where the epilogue stores by TMA
+    out_map: TensorMap | None = None
 
     @property
     def a_mode(self) -> str:
@@ -516,7 +518,11 @@ class WeightGradPlan:
 
     @property
     def tensor_maps(self) -> dict[str, TensorMap]:
-        return {"dy_desc": self.dy_map, **({"x": self.x_map} if self.x_map is not None else {})}
+        """The kernel's descriptor arguments (without ``out_desc`` the kernel gets ``out_ptr`` in its place)."""
+        maps = {"dy_desc": self.dy_map, **({"x": self.x_map} if self.x_map is not None else {})}
+        if self.out_map is not None:
+            maps["out_desc"] = self.out_map
+        return maps
 
     @property
     def shared_bound(self) -> int:
@@ -584,8 +590,12 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
     grid = tiling.WeightGradGrid(tiles_m, tiles_n, g.groups, unit_taps, steps, split_steps, tiles_q, tiles_img)
     out_size = element_size(problem.result_dtype) if grid.splits == 1 else 4
     out_tap = g.cin if grid.splits == 1 else c_pad  # dW itself, or a padded partial
-    stage_out = not tiling.direct_store(g.cin, (g.taps * out_tap,), 0, out_size)
-    staging = tiling.staging_bytes(bm, bn, out_size) if stage_out else 0
+    tma_store = weight_tma_store_issue(g, out_tap, out_size, bm) is None
+    stage_out = not tma_store and not tiling.direct_store(g.cin, (g.taps * out_tap,), 0, out_size)
+    if tma_store:
+        staging = bm * bn * out_size  # one tile, the TMA copy's source
+    else:
+        staging = tiling.staging_bytes(bm, bn, out_size) if stage_out else 0
     stages = tiling.fitting_stages(bm, bn, bk, config.stages, element_size(problem.dtype), staging,
                                    spec(tab.name).shared_memory_bytes, halo)
     k_pad = dy_channels(problem)
@@ -600,7 +610,7 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
     constexprs = dict(X_MODE=A_MODES[x_mode], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages,
                       GROUP_M=config.group_m, BOX_H=box[0] if box else 1, BOX_W=box[1] if box else 1,
                       VEC=tiling.vector_width(g.cin), EVEN_C=g.cin % bn == 0, STAGE_OUT=stage_out, ROWS=rows,
-                      ROW_DIL=g.dil[0] if rows > 1 else 0,
+                      ROW_DIL=g.dil[0] if rows > 1 else 0, TMA_STORE=tma_store,
                       PRODUCER_WARPS=producer.warps, PRODUCER_REGS=producer.regs)
     if box:
         dy_map = TensorMap((g.batch, g.p, g.q, k_pad), (*dense_nhwc_strides(g.batch, g.p, g.q, k_pad), 1),
@@ -611,10 +621,26 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
     limit = tiling.maxnreg(config.num_warps, producer.warps, tab.registers_per_sm, tab.max_registers_per_thread)
     wg = tab.weight_grad
     reduce = SumLaunch(wg.reduce_block, wg.reduce_warps, tiling.cdiv(numel, wg.reduce_block))
+    out_map = None
+    if tma_store:
+        row = g.taps * out_tap
+        out_map = TensorMap((grid.splits, problem.out_channels, g.taps, out_tap),
+                            (problem.out_channels * row, row, out_tap, 1), (1, bm, 1, bn))
     return WeightGradPlan(kernel, x_mode, config, grid, tuple(scalars.items()), tuple(constexprs.items()),
                           config.num_warps, limit, dy_map, x_map, k_pad, problem.out_channels, g.pixels,
                           problem.dtype, problem.result_dtype, stages, staging, numel, partial_numel, c_pad, reduce,
-                          rows, halo)
+                          rows, halo, out_map)
+
+
+def weight_tma_store_issue(g: Geometry, out_tap: int, out_size: int, block_m: int) -> str | None:
+    """Why the weight gradient's epilogue cannot store its tiles by TMA, or None: the copy clips at the
+    result's edges only, so a tile must not reach into the next group's output channels; a tap's row of
+    ``out_tap`` elements (``dW``'s channels, or a partial's padded ones) must be whole 16-byte runs."""
+    if g.groups > 1 and g.cout % block_m:
+        return f"{g.cout} output channels per group: a tile would store into the next group's"
+    if out_tap * out_size % TMA_ALIGN:
+        return f"{out_tap} channels of {out_size} bytes: a tap's row is not whole 16-byte runs"
+    return None
 
 
 # ---- ahead-of-time compilation ------------------------------------------------------------------------
@@ -630,7 +656,8 @@ def role_dtypes(problem: ConvProblem, plan: Plan | WeightGradPlan | None = None)
     a, b = problem.operand_dtypes
     if problem.direction == "bwd_weight":
         split = plan is not None and plan.split
-        return {"dy_desc": b, "x": a, "out_ptr": "float32" if split else problem.result_dtype}
+        out = "float32" if split else problem.result_dtype
+        return {"dy_desc": b, "x": a, "out_ptr": out, "out_desc": out}
     return {"x": a, "x_hi": a, "w_desc": b, "bias_ptr": problem.result_dtype, "y_ptr": problem.result_dtype,
             "y_desc": problem.result_dtype}
 

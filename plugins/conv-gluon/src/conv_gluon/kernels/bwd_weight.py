@@ -62,12 +62,13 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
 from .codes import A_MODES, ACTIVATIONS
-from .common import store_tile, tile_coords
+from .common import store_tile, store_tile_tma, tile_coords
 from .compat import tma_load
 from .pipeline import (
     accumulator_layout,
@@ -110,10 +111,10 @@ def split_steps(split, STEPS, SPLIT_STEPS):
 
 
 @gluon.jit
-def _consumer(a_bufs, b_bufs, ready, empty, out_ptr, K_G, C_G, TAPS, GROUPS, OUT_ROW, OUT_TAP, SPLIT_STRIDE,
-              TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
+def _consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, GROUPS, OUT_ROW, OUT_TAP,
+              SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
               X_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-              GROUP_M: gl.constexpr, STAGE_OUT: gl.constexpr, num_warps: gl.constexpr):
+              GROUP_M: gl.constexpr, STAGE_OUT: gl.constexpr, TMA_STORE: gl.constexpr, num_warps: gl.constexpr):
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_M, BLOCK_N, num_warps)
     rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))
@@ -142,10 +143,15 @@ def _consumer(a_bufs, b_bufs, ready, empty, out_ptr, K_G, C_G, TAPS, GROUPS, OUT
 
         m0 = pid_m * BLOCK_M
         n0 = pid_n * BLOCK_N
-        tile = out_ptr + split * SPLIT_STRIDE + (g * K_G + m0) * OUT_ROW + tap * OUT_TAP + n0
-        # columns up to OUT_TAP: C_G in dW; in the workspace, the padding too (never read back), which keeps the
-        # column mask constant over 16 columns and the float32 stores vectors
-        store_tile(acc, tile, rows * OUT_ROW, rows < K_G - m0, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+        if TMA_STORE:  # out_desc: [splits, K, taps, OUT_TAP], clipped at OUT_TAP and K
+            store_tile_tma(acc, out_desc, out_buf, [split, g * K_G + m0, tap, n0], NO_ACTIVATION)
+        else:
+            tile = out_ptr + split * SPLIT_STRIDE + (g * K_G + m0) * OUT_ROW + tap * OUT_TAP + n0
+            # columns up to OUT_TAP: C_G in dW; in the workspace, the padding too (never read back), which keeps
+            # the column mask constant over 16 columns and the float32 stores vectors
+            store_tile(acc, tile, rows * OUT_ROW, rows < K_G - m0, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+    if TMA_STORE:
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -171,11 +177,11 @@ def _rows_step(a, x_lo, x_hi, acc0, acc1, acc2, BOX_H: gl.constexpr, BOX_W: gl.c
 
 
 @gluon.jit
-def _rows_consumer(a_bufs, b_bufs, ready, empty, out_ptr, K_G, S, TAPS, GROUPS, OUT_ROW, OUT_TAP, SPLIT_STRIDE,
-                   TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
+def _rows_consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, S, TAPS, GROUPS, OUT_ROW, OUT_TAP,
+                   SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, BOX_H: gl.constexpr,
                    BOX_W: gl.constexpr, ROW_DIL: gl.constexpr, GROUP_M: gl.constexpr, STAGE_OUT: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   TMA_STORE: gl.constexpr, num_warps: gl.constexpr):
     """The consumer of units of a filter column (``ROWS = 3``): per step, ``dy`` against the three taps' rows
     of the stacked x boxes (stage ``s`` holds them as ``b_bufs`` ``2s`` and ``2s + 1``), one accumulator per
     filter row; it waits until only this step's MMAs are in flight before releasing the previous stage. The
@@ -206,13 +212,21 @@ def _rows_consumer(a_bufs, b_bufs, ready, empty, out_ptr, K_G, S, TAPS, GROUPS, 
 
         m0 = pid_m * BLOCK_M
         n0 = pid_n * BLOCK_N
-        tile = out_ptr + split * SPLIT_STRIDE + (g * K_G + m0) * OUT_ROW + column * OUT_TAP + n0
-        row_off = rows * OUT_ROW
-        row_ok = rows < K_G - m0
         # taps (r, s) lie r * S taps apart
-        store_tile(acc0, tile, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
-        store_tile(acc1, tile + S * OUT_TAP, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
-        store_tile(acc2, tile + 2 * S * OUT_TAP, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+        if TMA_STORE:  # one buffer, three copies: each waits for the previous to have read it
+            row = g * K_G + m0
+            store_tile_tma(acc0, out_desc, out_buf, [split, row, column, n0], NO_ACTIVATION)
+            store_tile_tma(acc1, out_desc, out_buf, [split, row, column + S, n0], NO_ACTIVATION)
+            store_tile_tma(acc2, out_desc, out_buf, [split, row, column + 2 * S, n0], NO_ACTIVATION)
+        else:
+            tile = out_ptr + split * SPLIT_STRIDE + (g * K_G + m0) * OUT_ROW + column * OUT_TAP + n0
+            row_off = rows * OUT_ROW
+            row_ok = rows < K_G - m0
+            store_tile(acc0, tile, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+            store_tile(acc1, tile + S * OUT_TAP, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+            store_tile(acc2, tile + 2 * S * OUT_TAP, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+    if TMA_STORE:
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -289,7 +303,7 @@ def _box_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
 
 
 @gluon.jit
-def conv_bwd_weight(dy_desc, x, out_ptr,
+def conv_bwd_weight(dy_desc, x, out_ptr, out_desc,
                     J, P, Q, H, W, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
                     sx_n, sx_h, sx_w, OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS,
                     SPLIT_STEPS,
@@ -297,15 +311,17 @@ def conv_bwd_weight(dy_desc, x, out_ptr,
                     X_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                     STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
                     VEC: gl.constexpr, EVEN_C: gl.constexpr, STAGE_OUT: gl.constexpr, ROWS: gl.constexpr,
-                    ROW_DIL: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                    num_warps: gl.constexpr):
+                    ROW_DIL: gl.constexpr, TMA_STORE: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                    PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """``dy_desc``: TMA descriptor of ``dy`` as ``[J, K]`` with ``[BLOCK_K, BLOCK_M]`` boxes (gathering modes) or
     as ``[N, P, Q, K]`` with ``[1, BOX_H, BOX_W, BLOCK_M]`` boxes (``tma_box``); ``x``: the NHWC input, a pointer
     (gathering modes) or a rank-4 descriptor with ``[1, BOX_H, BOX_W, BLOCK_N]`` boxes; ``out_ptr``: the
     float32 workspace of ``SPLIT_STRIDE``-element slices, or ``dW`` itself (one split): rows of ``OUT_ROW``
     elements per output channel, ``OUT_TAP`` per tap (``C_PAD`` in the workspace, ``C_G`` in ``dW``).
     ``ROWS``: 1, or 3 for units of a whole filter column (``tma_box`` only: two ``x`` boxes per step, and
-    ``ROW_DIL = DIL_H`` as a constant); ``TAPS`` counts the units per tile: taps, or columns."""
+    ``ROW_DIL = DIL_H`` as a constant); ``TAPS`` counts the units per tile: taps, or columns. ``out_desc``: with
+    ``TMA_STORE``, the descriptor of ``out_ptr``'s tensor as ``[splits, K, taps, OUT_TAP]`` with ``[1, BLOCK_M,
+    1, BLOCK_N]`` boxes, the epilogue's TMA copies (else ``out_ptr`` again, unused)."""
     dtype: gl.constexpr = dy_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + dy_desc.block_type.shape, dy_desc.layout)
     if X_MODE == TMA_BOX:
@@ -315,14 +331,19 @@ def conv_bwd_weight(dy_desc, x, out_ptr,
         b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_K, BLOCK_N], dtype)
         b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_K, BLOCK_N], b_layout)
     ready, empty = init_ring(STAGES, ready_arrivals(X_MODE, PRODUCER_WARPS))
+    if TMA_STORE:
+        out_buf = gl.allocate_shared_memory(out_desc.dtype, out_desc.block_type.shape, out_desc.layout)
+    else:
+        out_buf = a_bufs  # (unused)
 
     # (the argument tuples are written inline: a tuple assigned to a variable turns constexprs into tensors)
     if ROWS == 3:
         gl.static_assert(X_MODE == TMA_BOX, "units of a filter column need the x boxes")
         gl.warp_specialize([
-            (_rows_consumer, (a_bufs, b_bufs, ready, empty, out_ptr, K_G, S, TAPS, GROUPS, OUT_ROW, OUT_TAP,
-                              SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, BLOCK_M, BLOCK_N,
-                              BLOCK_K, BOX_H, BOX_W, ROW_DIL, GROUP_M, STAGE_OUT, num_warps)),
+            (_rows_consumer, (a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, S, TAPS, GROUPS,
+                              OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
+                              BLOCK_M, BLOCK_N, BLOCK_K, BOX_H, BOX_W, ROW_DIL, GROUP_M, STAGE_OUT, TMA_STORE,
+                              num_warps)),
             (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H,
                              PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG,
                              BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M, ROWS)),
@@ -330,20 +351,18 @@ def conv_bwd_weight(dy_desc, x, out_ptr,
     elif X_MODE == TMA_BOX:
         gl.static_assert(ROWS == 1, "ROWS is 1 or 3")
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, out_ptr, K_G, C_G, TAPS, GROUPS, OUT_ROW, OUT_TAP,
-                         SPLIT_STRIDE,
-                         TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M, BLOCK_N, BLOCK_K,
-                         GROUP_M, STAGE_OUT, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, GROUPS, OUT_ROW,
+                         OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M,
+                         BLOCK_N, BLOCK_K, GROUP_M, STAGE_OUT, TMA_STORE, num_warps)),
             (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H,
                              PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG,
                              BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M, ROWS)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, out_ptr, K_G, C_G, TAPS, GROUPS, OUT_ROW, OUT_TAP,
-                         SPLIT_STRIDE,
-                         TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M, BLOCK_N, BLOCK_K,
-                         GROUP_M, STAGE_OUT, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, GROUPS, OUT_ROW,
+                         OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M,
+                         BLOCK_N, BLOCK_K, GROUP_M, STAGE_OUT, TMA_STORE, num_warps)),
             (_gather_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, J, P, Q, H, W, C_G, K_G, S, TAPS,
                                 GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sx_n, sx_h, sx_w,
                                 TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M, BLOCK_N, BLOCK_K,

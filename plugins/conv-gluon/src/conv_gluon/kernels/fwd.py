@@ -46,7 +46,7 @@ input box ``r * DIL_H`` rows further down. So the producer loads one *tall box* 
 ``A_STAGES``) and the column's three weight tiles (into a weight ring of ``STAGES``), and the consumer issues
 three ``wgmma``s on views of the tall box ``r * ROW_DIL`` box rows down. Per three MMAs that is one input box
 and a bit, where per-tap steps load three: the large forward layers are bound by what the SMs read from L2.
-Its epilogue stores 16-bit dense outputs by TMA (``TMA_STORE``: ``common.store_box_tile``).
+Its epilogue stores 16-bit dense outputs by TMA (``TMA_STORE``: ``common.store_tile_tma``).
 
 The data gradient runs this same kernel once per stride phase (``plan.make_bwd_data_plan``): ``x`` is then
 ``dy``, the weight matrix the phase's transposed taps, and ``y_ptr`` / ``sy_*`` the phase's pixels of ``dx``.
@@ -61,7 +61,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from .codes import A_MODES
-from .common import store_box_tile, store_tile, tile_coords
+from .common import store_tile_tma, store_tile, tile_coords
 from .compat import tma_load
 from .pipeline import (
     accumulator_layout,
@@ -180,7 +180,7 @@ def _rows_consumer(a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, 
     the ``ROWS`` taps of the column as views ``ROW_DIL`` rows apart, each against its own weight tile. One
     ``wgmma`` in flight, as in :func:`_consumer`; a weight stage is released as soon as its MMA is done, the
     input box once the column's last tap is. With ``TMA_STORE`` the epilogue goes through ``out_buf`` and a
-    TMA copy (:func:`common.store_box_tile`)."""
+    TMA copy (:func:`common.store_tile_tma`)."""
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_M, BLOCK_N, num_warps)
     rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))
@@ -209,7 +209,7 @@ def _rows_consumer(a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, 
 
         if TMA_STORE:
             img, p0, q0 = _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H, BOX_W)
-            store_box_tile(acc, y_desc, out_buf, [img, p0, q0, g * K_G + n0], ACTIVATION)
+            store_tile_tma(acc, y_desc, out_buf, [img, p0, q0, g * K_G + n0], ACTIVATION)
         else:
             img, p, q, row_ok = _box_pixels(pid_m, rows, P, Q, TILES_Q, TILES_IMG, BOX_H, BOX_W)
             row_off = img * sy_n + p * sy_h + q * sy_w
