@@ -55,8 +55,11 @@ def test_backend_loads_through_its_entry_point():
     (problem(input_size=(30,), filter_size=5, padding=2), ["fwd_gather", "fwd_box"]),  # 1D
     (problem(dtype="float16", out_dtype="float32", bias=True, activation="gelu_tanh"),
      ["fwd_gather", "fwd_box", "fwd_rows_box"]),
-    (problem().with_direction("bwd_data"), ["bwd_data_gather", "bwd_data_box"]),
-    (problem(stride=2).with_direction("bwd_data"), ["bwd_data_gather", "bwd_data_box"]),  # phases: stride 1
+    (problem().with_direction("bwd_data"), ["bwd_data_gather", "bwd_data_box", "bwd_data_rows_box"]),
+    # phases: stride 1, but of fewer than 3 filter rows
+    (problem(stride=2).with_direction("bwd_data"), ["bwd_data_gather", "bwd_data_box"]),
+    (problem(stride=(1, 2)).with_direction("bwd_data"),  # every phase keeps the 3 rows
+     ["bwd_data_gather", "bwd_data_box", "bwd_data_rows_box"]),
     (problem(out_channels=36).with_direction("bwd_data"), ["bwd_data_gather"]),  # dy pixels of 72 bytes
     (problem(in_channels=3, filter_size=7, stride=2, padding=3).with_direction("bwd_data"),
      ["bwd_data_gather", "bwd_data_box"]),

@@ -162,6 +162,9 @@ def test_data_gradient_covers_zero_phases_and_every_mode():
     assert len(four.phases) == 4 and not four.zero_phases
     modes = {ph.plan.a_mode for p in plans.values() for ph in p.phases}
     assert modes == {"cp_async", "registers", "tma_box"}
+    columns = [p for (_, k), p in plans.items() if k == "bwd_data_rows_box"]  # one phase, its 3 rows, into dx
+    assert columns and all(len(p.phases) == 1 and p.phases[0].plan.rows == 3 for p in columns)
+    assert any(dict(p.phases[0].plan.constexprs)["TMA_STORE"] for p in columns)
 
 
 # ---- the weight gradient: per-tap GEMMs over the pixels, split, summed in split order --------------------------

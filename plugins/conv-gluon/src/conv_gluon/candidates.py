@@ -13,6 +13,7 @@ For a supported problem each applicable kernel gives one candidate, with the con
 ``bwd_data_gather``  data gradient, any 1D/2D geometry: the forward kernel once per stride phase, on ``dy``
                      and the transposed, flipped weight restricted to the phase's taps
 ``bwd_data_box``     the same with ``dy`` as TMA boxes (output channels a multiple of 8)
+``bwd_data_rows_box``  the same through ``fwd_rows_box`` (filters of 3 rows, stride 1 along the height)
 ``bwd_weight_gather``  weight gradient, any 1D/2D geometry: per-tap GEMMs over the pixels (``dy`` by TMA, ``x``
                      gathered by a producer partition), the reduction split into float32 partials summed in
                      a fixed order

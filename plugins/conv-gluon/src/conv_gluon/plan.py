@@ -29,18 +29,19 @@ from .tiling import Geometry, TileGrid
 #: Candidate kernels (the ``kernel`` part of the id) -> the configuration family they take. The data gradient
 #: runs the forward kernel (one launch per stride phase), so it takes the forward tables.
 KERNELS = {"fwd_gather": "fwd_gather", "fwd_box": "fwd_box", "fwd_rows_box": "fwd_rows_box",
-           "bwd_data_gather": "fwd_gather",
-           "bwd_data_box": "fwd_box", "bwd_weight_gather": "bwd_weight_gather", "bwd_weight_box": "bwd_weight_box",
+           "bwd_data_gather": "fwd_gather", "bwd_data_box": "fwd_box", "bwd_data_rows_box": "fwd_rows_box",
+           "bwd_weight_gather": "bwd_weight_gather", "bwd_weight_box": "bwd_weight_box",
            "bwd_weight_rows_box": "bwd_weight_rows_box"}
 
 #: The candidate kernels of each direction: the gathering one first, then those reading TMA boxes.
-DIRECTION_KERNELS = {"fwd": ("fwd_gather", "fwd_box", "fwd_rows_box"), "bwd_data": ("bwd_data_gather", "bwd_data_box"),
+DIRECTION_KERNELS = {"fwd": ("fwd_gather", "fwd_box", "fwd_rows_box"),
+                     "bwd_data": ("bwd_data_gather", "bwd_data_box", "bwd_data_rows_box"),
                      "bwd_weight": ("bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")}
 
 #: The kernels whose k-steps take a whole filter column, its taps sharing one input box: the forward (a tall
-#: box read as three views a row of taps apart) and the weight gradient (units of a column). Filters of
-#: exactly ``ROWS`` rows.
-ROWS_KERNELS, ROWS = ("fwd_rows_box", "bwd_weight_rows_box"), 3
+#: box read as three views a row of taps apart), the data gradient at stride 1 (the forward's kernel on
+#: ``dy``) and the weight gradient (units of a column). Filters of exactly ``ROWS`` rows.
+ROWS_KERNELS, ROWS = ("fwd_rows_box", "bwd_data_rows_box", "bwd_weight_rows_box"), 3
 
 #: Largest element count of any tensor the kernels index with 32-bit offsets.
 INT32_ELEMENTS = 2**31 - 1
@@ -200,7 +201,9 @@ def rows_issue(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchT
     g = Geometry.of(problem)
     if g.r != ROWS:
         return f"a filter of {g.r} rows: a filter column's taps are {ROWS} rows"
-    if kernel.startswith("fwd"):
+    if kernel.startswith("bwd_data") and g.stride[0] != 1:
+        return f"stride {g.stride[0]} along the height: each phase of the data gradient has fewer than {ROWS} rows"
+    if not kernel.startswith("bwd_weight"):
         if rows_halo(g) > tiling.TMA_BOX_LIMIT:
             return f"dilation {g.dil[0]}: the box below the tile would have more than {tiling.TMA_BOX_LIMIT} rows"
         return None
@@ -390,7 +393,8 @@ class DataGradPlan:
 
 
 def make_bwd_data_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> DataGradPlan:
-    """The data gradient of ``problem`` with ``bwd_data_gather`` or ``bwd_data_box`` and ``config``.
+    """The data gradient of ``problem`` with ``bwd_data_gather``, ``bwd_data_box`` or ``bwd_data_rows_box`` (stride
+    1 along the height: its one row phase keeps the filter's 3 rows for ``fwd_rows_box``) and ``config``.
 
     Phase ``(ph, pw)`` computes ``dx[:, :, ph::stride_h, pw::stride_w]`` as a stride-1 forward convolution of
     ``dy`` (:func:`tiling.phase_geometry`) with the weight transposed (input and output channels swapped per

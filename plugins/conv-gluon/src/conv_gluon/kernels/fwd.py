@@ -61,7 +61,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from .codes import A_MODES
-from .common import store_tile_tma, store_tile, tile_coords
+from .common import store_tile, store_tile_tma, tile_coords
 from .compat import tma_load
 from .pipeline import (
     accumulator_layout,
@@ -351,10 +351,9 @@ def conv_fwd(x, x_hi, w_desc, bias_ptr, y_ptr, y_desc,
         b_ready, b_empty = init_ring(STAGES, 1)
         gl.warp_specialize([
             (_rows_consumer, (a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, bias_ptr, y_ptr, y_desc,
-                              P, Q, K_G, S,
-                              NCB, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, BLOCK_M,
-                              BLOCK_N, BLOCK_K, BOX_H, BOX_W, HALO_H, ROWS, ROW_DIL, GROUP_M, HAS_BIAS, ACTIVATION,
-                              STAGE_OUT, TMA_STORE, num_warps)),
+                              P, Q, K_G, S, NCB, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
+                              BLOCK_M, BLOCK_N, BLOCK_K, BOX_H, BOX_W, HALO_H, ROWS, ROW_DIL, GROUP_M, HAS_BIAS,
+                              ACTIVATION, STAGE_OUT, TMA_STORE, num_warps)),
             (_rows_producer, (x, x_hi, w_desc, a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, C_G, K_G, S,
                               NCB, PAD_H, PAD_W, DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, BLOCK_N,
                               BLOCK_K, BOX_H, BOX_W, HALO_H, ROWS, GROUP_M)),
