@@ -129,6 +129,13 @@ def test_shared_bytes_bound():
     assert tiling.shared_bytes(128, 256, 64, 4, 2) > tiling.ring_bytes(128, 256, 64, 4, 2)
 
 
+def test_epilogue_bytes():
+    """A TMA store stages the whole tile; a staged store its bound; a register store nothing."""
+    assert tiling.epilogue_bytes(256, 128, 2, tma_store=True, staged=False) == 256 * 128 * 2
+    assert tiling.epilogue_bytes(256, 128, 2, tma_store=False, staged=True) == tiling.staging_bytes(256, 128, 2)
+    assert tiling.epilogue_bytes(256, 128, 2, tma_store=False, staged=False) == 0
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_data_gradient_phases_match_the_definition(seed):
     """Every (dx element, tap, dy element) of the data gradient appears in exactly one phase, as the phase's

@@ -153,8 +153,6 @@ def representative_problem(job: Job, config: configs.TileConfig) -> ConvProblem 
     apply to the geometry (boxes need stride 1)."""
     if job.weight_grad:
         return weight_grad_problem(job, config)
-    if job.kernel not in plan.KERNELS:  # the data gradient has no kernel of filter columns
-        return None
     cin = MODES[job.mode][1](config)
     fields = {"bias": True, "activation": "gelu", **SHAPES[job.shape]}
     out_dtype = fields.pop("out_dtype", job.dtype)

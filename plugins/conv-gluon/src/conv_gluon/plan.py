@@ -297,10 +297,7 @@ def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, 
     rows = ROWS if kernel == "fwd_rows_box" else 1
     tma_store = rows > 1 and tma_store_issue(g, out_channels, sy, y_offset, out_size, bn) is None
     stage_out = not tma_store and not tiling.direct_store(g.cout, sy, y_offset, out_size)
-    if tma_store:
-        staging = bm * bn * out_size  # the whole tile, the TMA copy's source
-    else:
-        staging = tiling.staging_bytes(bm, bn, out_size) if stage_out else 0
+    staging = tiling.epilogue_bytes(bm, bn, out_size, tma_store, stage_out)
     halo_rows = rows_halo(g) if rows > 1 else 0
     if a_mode == "tma_box":
         box = tiling.box_shape(g.p, g.q, bm, tab.box_widths_for(bn), halo=halo_rows)
@@ -596,10 +593,7 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
     out_tap = g.cin if grid.splits == 1 else c_pad  # dW itself, or a padded partial
     tma_store = weight_tma_store_issue(g, out_tap, out_size, bm) is None
     stage_out = not tma_store and not tiling.direct_store(g.cin, (g.taps * out_tap,), 0, out_size)
-    if tma_store:
-        staging = bm * bn * out_size  # one tile, the TMA copy's source
-    else:
-        staging = tiling.staging_bytes(bm, bn, out_size) if stage_out else 0
+    staging = tiling.epilogue_bytes(bm, bn, out_size, tma_store, stage_out)
     stages = tiling.fitting_stages(bm, bn, bk, config.stages, element_size(problem.dtype), staging,
                                    spec(tab.name).shared_memory_bytes, halo)
     k_pad = dy_channels(problem)

@@ -217,6 +217,14 @@ def staging_bytes(block_m: int, block_n: int, out_element_size: int) -> int:
     return min(tile, max(tile // 2, STAGING_ROUND_BYTES))
 
 
+def epilogue_bytes(block_m: int, block_n: int, out_element_size: int, tma_store: bool, staged: bool) -> int:
+    """Shared memory of the epilogue: the whole tile (the source of a TMA store), the staging bound
+    (:func:`staging_bytes`) of a staged store, or nothing (stored from registers)."""
+    if tma_store:
+        return block_m * block_n * out_element_size
+    return staging_bytes(block_m, block_n, out_element_size) if staged else 0
+
+
 def shared_bytes(block_m: int, block_n: int, block_k: int, stages: int, element_size: int, staging: int = 0,
                  halo: int = 0, boxes: int = 0) -> int:
     """Upper bound of the kernel's shared memory: the ring (:func:`ring_bytes`), the epilogue's staging (0:

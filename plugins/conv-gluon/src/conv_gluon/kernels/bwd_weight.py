@@ -141,17 +141,25 @@ def _consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G
             step += 1
         acc = drain_mma(acc, empty, prev)
 
-        m0 = pid_m * BLOCK_M
-        n0 = pid_n * BLOCK_N
-        if TMA_STORE:  # out_desc: [splits, K, taps, OUT_TAP], clipped at OUT_TAP and K
-            store_tile_tma(acc, out_desc, out_buf, [split, g * K_G + m0, tap, n0], NO_ACTIVATION)
-        else:
-            tile = out_ptr + split * SPLIT_STRIDE + (g * K_G + m0) * OUT_ROW + tap * OUT_TAP + n0
-            # columns up to OUT_TAP: C_G in dW; in the workspace, the padding too (never read back), which keeps
-            # the column mask constant over 16 columns and the float32 stores vectors
-            store_tile(acc, tile, rows * OUT_ROW, rows < K_G - m0, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+        _store_unit_tile(acc, out_buf, out_ptr, out_desc, split, g, tap, pid_m * BLOCK_M, pid_n * BLOCK_N, rows,
+                         cols, K_G, OUT_ROW, OUT_TAP, SPLIT_STRIDE, STAGE_OUT, TMA_STORE)
     if TMA_STORE:
         tma.store_wait(0)
+
+
+@gluon.jit
+def _store_unit_tile(acc, out_buf, out_ptr, out_desc, split, g, tap, m0, n0, rows, cols, K_G, OUT_ROW, OUT_TAP,
+                     SPLIT_STRIDE, STAGE_OUT: gl.constexpr, TMA_STORE: gl.constexpr):
+    """Store a unit's tile of tap ``tap`` into its split's slice: by TMA through ``out_buf`` into ``out_desc``
+    (``[splits, K, taps, OUT_TAP]``, clipped at ``OUT_TAP`` and ``K``; the copy waits for the previous one to
+    have read the buffer), or from registers, rows up to the group's ``K_G`` and columns up to ``OUT_TAP``:
+    ``C_G`` in ``dW``; in the workspace the padding too (never read back), which keeps the column mask constant
+    over 16 columns and the float32 stores vectors."""
+    if TMA_STORE:
+        store_tile_tma(acc, out_desc, out_buf, [split, g * K_G + m0, tap, n0], NO_ACTIVATION)
+    else:
+        tile = out_ptr + split * SPLIT_STRIDE + (g * K_G + m0) * OUT_ROW + tap * OUT_TAP + n0
+        store_tile(acc, tile, rows * OUT_ROW, rows < K_G - m0, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
 
 
 @gluon.jit
@@ -213,18 +221,12 @@ def _rows_consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G
         m0 = pid_m * BLOCK_M
         n0 = pid_n * BLOCK_N
         # taps (r, s) lie r * S taps apart
-        if TMA_STORE:  # one buffer, three copies: each waits for the previous to have read it
-            row = g * K_G + m0
-            store_tile_tma(acc0, out_desc, out_buf, [split, row, column, n0], NO_ACTIVATION)
-            store_tile_tma(acc1, out_desc, out_buf, [split, row, column + S, n0], NO_ACTIVATION)
-            store_tile_tma(acc2, out_desc, out_buf, [split, row, column + 2 * S, n0], NO_ACTIVATION)
-        else:
-            tile = out_ptr + split * SPLIT_STRIDE + (g * K_G + m0) * OUT_ROW + column * OUT_TAP + n0
-            row_off = rows * OUT_ROW
-            row_ok = rows < K_G - m0
-            store_tile(acc0, tile, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
-            store_tile(acc1, tile + S * OUT_TAP, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
-            store_tile(acc2, tile + 2 * S * OUT_TAP, row_off, row_ok, cols, OUT_TAP - n0, NO_ACTIVATION, STAGE_OUT)
+        _store_unit_tile(acc0, out_buf, out_ptr, out_desc, split, g, column, m0, n0, rows, cols, K_G, OUT_ROW,
+                         OUT_TAP, SPLIT_STRIDE, STAGE_OUT, TMA_STORE)
+        _store_unit_tile(acc1, out_buf, out_ptr, out_desc, split, g, column + S, m0, n0, rows, cols, K_G, OUT_ROW,
+                         OUT_TAP, SPLIT_STRIDE, STAGE_OUT, TMA_STORE)
+        _store_unit_tile(acc2, out_buf, out_ptr, out_desc, split, g, column + 2 * S, m0, n0, rows, cols, K_G,
+                         OUT_ROW, OUT_TAP, SPLIT_STRIDE, STAGE_OUT, TMA_STORE)
     if TMA_STORE:
         tma.store_wait(0)
 
