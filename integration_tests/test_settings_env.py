@@ -92,19 +92,35 @@ def test_force_backend_that_declines_raises_with_the_reason(monkeypatch):
         conv_core.conv2d(x, w, padding=1, groups=2)
 
 
-def test_force_backend_applies_to_backward_too(monkeypatch):
-    """Forcing a forward-only backend makes training fail: the backward problems have nowhere to go."""
-    with_env(monkeypatch, CONV_CORE_BACKEND="example")
+def test_forcing_a_forward_only_backend_leaves_gradients_to_the_others(monkeypatch, caplog):
+    """The forward runs on the forced backend; the gradients it has no kernel for run on the best other
+    backend, and the forward call says so (a warning), not ``.backward()`` (an error)."""
+    engine = with_env(monkeypatch, CONV_CORE_BACKEND="example")
     x = torch.randn(2, 4, 8, 8, requires_grad=True)
-    y = conv_core.conv2d(x, torch.randn(6, 4, 3, 3), padding=1)
-    with pytest.raises(conv_core.NoCandidateError, match="forward only; bwd_data is left to other backends"):
-        y.sum().backward()
+    w = torch.randn(6, 4, 3, 3)
+    with caplog.at_level(logging.WARNING, logger="conv_core"):
+        y = conv_core.conv2d(x, w, padding=1)
+    assert "backend 'example' has no bwd_data candidate" in caplog.text
+    y.sum().backward()
+    (expected,) = torch.autograd.grad(torch.nn.functional.conv2d(x, w, padding=1).sum(), x)
+    torch.testing.assert_close(x.grad, expected)
+    forward = conv_core.ConvProblem.from_tensors(x, w, padding=1)
+    assert engine.ranking(forward, CPU).best.kernel_id == EXAMPLE_KERNEL
 
 
 def test_force_unknown_backend_raises(monkeypatch):
     with_env(monkeypatch, CONV_CORE_BACKEND="nope")
-    with pytest.raises(conv_core.NoCandidateError, match="backend 'nope'"):
+    with pytest.raises(ValueError, match="CONV_CORE_BACKEND='nope' cannot be used: no backend has that name; "
+                                         "loaded backends: aten, "):
         conv_is_right()
+
+
+def test_by_default_an_estimate_never_displaces_aten(monkeypatch):
+    """Without CONV_CORE_TRUST_ESTIMATES (which the other tests set), the example's estimate is no evidence."""
+    monkeypatch.delenv("CONV_CORE_TRUST_ESTIMATES")
+    engine = with_env(monkeypatch)
+    ids = [r.kernel_id for r in engine.ranking(small_problem(), CPU).ranked]
+    assert ids[:2] == [ATEN_KERNEL, EXAMPLE_KERNEL]
 
 
 # ---- tuning data, benchmark, trace ----------------------------------------------------------------------

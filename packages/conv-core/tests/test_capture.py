@@ -9,7 +9,7 @@ from torch import nn
 
 import conv_core
 import conv_core.nn as cnn
-from conv_core import functional
+from conv_core import routes
 from conv_core.capture import CapturedLayer, capture_shapes
 from conv_core.problem import ConvProblem
 
@@ -148,10 +148,10 @@ def test_capture_leaves_no_trace_even_when_the_model_fails():
             raise RuntimeError("boom")
 
     model = Broken()
-    original = functional.forward
+    original = routes.Route.run
     with pytest.raises(RuntimeError, match="boom"):
         capture_shapes(model, torch.randn(1, 2, 3, 3))
-    assert functional.forward is original
+    assert routes.Route.run is original
     assert not model._forward_pre_hooks and not model.conv._forward_hooks
     assert torch.is_grad_enabled(), "grad mode restored"
     assert len(capture_shapes(nn.Conv2d(2, 2, 1), torch.randn(1, 2, 3, 3))) == 1

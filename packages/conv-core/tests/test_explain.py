@@ -40,8 +40,11 @@ def test_explain_the_tensors_of_a_call():
 
 
 def test_explain_shows_declines_failed_backends_and_run_failures(monkeypatch):
+    from fake_backends import prove_faster
+
     engine = use_backends(monkeypatch, nope=Plugin("nope", None, declines="only float16"), noinfo=NoInfo(),
                            raising=raising_backend())
+    prove_faster(engine, [TINY], ["raising:k:c"])
     e = explain(TINY, device=CPU)
     assert e.picked == "raising:k:c" and [r.kernel for r in e.rows] == ["raising:k:c", "aten:native:default"]
     assert [(d.backend, d.reason) for d in e.declines] == [("nope", "only float16")]
@@ -103,7 +106,10 @@ def test_explain_notes_the_nondeterministic_setting(monkeypatch):
     from test_bench_tune import zeros_run
 
     monkeypatch.setenv("CONV_CORE_NONDETERMINISTIC", "1")
-    use_backends(monkeypatch, atomic=Plugin("atomic", zeros_run, estimate_us=1e-6, tags={"atomics"}))
+    from fake_backends import prove_faster
+
+    engine = use_backends(monkeypatch, atomic=Plugin("atomic", zeros_run, estimate_us=1e-6, tags={"atomics"}))
+    prove_faster(engine, [TINY], ["atomic:k:c"])
     e = explain(TINY, device=CPU)
     assert e.picked == "atomic:k:c"
     assert any("CONV_CORE_NONDETERMINISTIC" in note for note in e.notes) and "CONV_CORE_NONDETERMINISTIC" in str(e)

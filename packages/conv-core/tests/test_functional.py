@@ -184,9 +184,13 @@ def test_cached_calls_follow_the_deterministic_mode(tmp_path, monkeypatch, allow
     isolate(tmp_path, monkeypatch)
     if allowed:
         monkeypatch.setenv("CONV_CORE_NONDETERMINISTIC", "1")
+    from fake_backends import prove_faster
+
     backend = AtomicBackend()
-    use_backends(monkeypatch, atomic=backend)
+    engine = use_backends(monkeypatch, atomic=backend)
     x, w, b = tensors(2, grad=True)
+    problem = conv_core.ConvProblem.from_tensors(x, w, b, padding=1, groups=2)
+    prove_faster(engine, [problem, problem.with_direction("bwd_weight")], ["atomic:k:c"])
 
     def step(expected_runs):
         with torch.no_grad():

@@ -21,6 +21,8 @@ KNOWN_TAGS = {
                 "candidates without it, never under torch.use_deterministic_algorithms (see conv_core.ranking)"),
     "experimental": "not run on hardware by its authors; ranked after every other candidate",
     "interpreted": "runs under Triton's CPU interpreter (slow; for tests)",
+    "direct": ("is torch.nn.functional.conv*d on the operands as given (aten only): where it ranks first in every "
+               "direction a call needs, the core calls that function itself, with PyTorch's autograd"),
     "tf32": "float32 operands are rounded to tf32 in the matrix units (wider tolerance)",
 }
 

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import functional
+from . import routes
 from .problem import ConvProblem
 
 __all__ = ["CapturedLayer", "capture_shapes"]
@@ -113,11 +113,11 @@ class _ConvolutionMode(TorchDispatchMode):
 def _recording_core_calls(recorder: _Recorder):
     """Record conv-core's eager forward calls at their entry, and mark the aten work inside them.
 
-    ``functional.Plan.run`` is the one place every eager conv-core forward call
+    ``routes.Route.run`` is the one place every eager conv-core forward call
     passes, holding the exact problem it solves, so wrapping it for the
     duration of the capture sees them all without conv-core knowing about capturing.
     """
-    original = functional.Plan.run
+    original = routes.Route.run
 
     def run(plan, x, w, bias):
         if threading.get_ident() != recorder.thread:
@@ -129,11 +129,11 @@ def _recording_core_calls(recorder: _Recorder):
         with recorder.inside_core_call():
             return original(plan, x, w, bias)
 
-    functional.Plan.run = run
+    routes.Route.run = run
     try:
         yield
     finally:
-        functional.Plan.run = original
+        routes.Route.run = original
 
 
 @contextlib.contextmanager

@@ -2,10 +2,14 @@
 
 It owns the loaded backends, the measured times and the per-problem choice
 cache. The first call of a problem gathers and ranks candidates; every later
-call is a dictionary lookup and the chosen candidate's launch. If a candidate
-raises when run, the failure is recorded on its backend, the candidate is
-dropped from that problem's ranking, and the next one runs: a broken kernel
-costs speed, never a result.
+call is a dictionary lookup and the chosen candidate's launch.
+
+Faults are told apart. A transient failure (out of memory) is raised to the
+caller and changes nothing: the same call may succeed later. Any other
+failure of a candidate is recorded on its backend, the candidate is dropped
+from that problem's ranking and the next one runs: a broken kernel costs
+speed, never a result. The last candidate of a problem is never dropped, so
+a problem always has one to run (its failure is raised instead).
 
 Rankings are cached per ``torch.are_deterministic_algorithms_enabled()`` too,
 since that switch rules non-deterministic (``atomics``) candidates out.
@@ -35,6 +39,18 @@ class NoCandidateError(RuntimeError):
     """No backend (or not the one asked for) can run a problem."""
 
 
+#: ``backend=`` value that lifts every restriction, ``CONV_CORE_BACKEND`` included (a forced backend's
+#: missing backward directions run on the best other backend).
+ANY_BACKEND = "*"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` says nothing about the kernel (out of memory: another call may well succeed)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
 class Engine:
     def __init__(self, settings: Settings | None = None, registry=None) -> None:
         from .plugins import Registry
@@ -43,8 +59,8 @@ class Engine:
         self.registry = registry or Registry(self.settings)
         self._rankings: dict[tuple[str, str, str | None, bool], Ranking] = {}
         self._timings: dict[str, Timings] = {}
-        #: Hot-path cache of :mod:`conv_core.functional`: call signature -> (problem, ranking).
-        self.calls: dict[tuple, tuple[ConvProblem, Ranking]] = {}
+        #: Hot-path cache of :mod:`conv_core.routes`: call signature -> the route that runs it.
+        self.calls: dict[tuple, object] = {}
         self._lock = threading.Lock()
         if self.settings.trace and not log.handlers:
             log.addHandler(logging.StreamHandler())
@@ -69,29 +85,50 @@ class Engine:
 
     # ---- choosing ------------------------------------------------------------
 
-    def ranking(self, problem: ConvProblem, device: torch.device, backend: str | None = None) -> Ranking:
-        """The (cached) ranking of ``problem`` on ``device``, restricted to ``backend`` if given."""
-        backend = backend or self.settings.force_backend
+    def check_backend(self, name: str | None, argument: str = "backend") -> None:
+        """Raise a ``ValueError`` naming ``argument`` unless ``name`` is None or a backend that loaded."""
+        if name is None:
+            return
+        found = self.registry.get(name)
+        if found is not None and found.ok:
+            return
+        loaded = ", ".join(b.name for b in self.registry.active())
+        why = f"it failed to load: {found.load_error}" if found is not None else "no backend has that name"
+        raise ValueError(f"{argument}={name!r} cannot be used: {why}; loaded backends: {loaded}")
+
+    def ranking(self, problem: ConvProblem, device: torch.device, backend: str | None = None, *,
+                may_time: bool = True) -> Ranking:
+        """The (cached) ranking of ``problem`` on ``device``, restricted to ``backend`` if given.
+
+        ``may_time=False`` (while tracing) never times candidates; with first-use benchmarking on, such a
+        ranking is not kept, so the first eager call still times the problem.
+        """
+        backend = None if backend == ANY_BACKEND else backend or self.settings.force_backend
         deterministic = torch.are_deterministic_algorithms_enabled()
         key = (problem.key, str(device), backend, deterministic)
         found = self._rankings.get(key)
         if found is None:
             # Ranked outside the lock: a backend may itself call conv_core while being asked or timed.
             # Two threads racing on one new problem rank it twice and keep the first result.
-            ranking = self._rank(problem, device, backend, deterministic)
+            timing = may_time and self.settings.benchmark and not is_capturing(device)
+            ranking = self._rank(problem, device, backend, deterministic, timing)
+            if self.settings.benchmark and not timing:
+                return ranking
             with self._lock:
                 found = self._rankings.setdefault(key, ranking)
         return found
 
     def _rank(self, problem: ConvProblem, device: torch.device, backend: str | None,
-              deterministic: bool) -> Ranking:
+              deterministic: bool, timing: bool) -> Ranking:
+        self.check_backend(backend, "backend" if backend != self.settings.force_backend else "CONV_CORE_BACKEND")
         candidates, declined = self.registry.candidates(problem, device, only=backend)
         benchmarked, failed = None, {}
         timed = [c for c in candidates if not (deterministic and nondeterministic(c))]  # the others are excluded
-        if self.settings.benchmark and timed and not is_capturing(device):
+        if timing and timed:
             benchmarked, failed = self._benchmark(problem, device, timed)
         ranking = rank(problem, [c for c in candidates if c.kernel_id not in failed], declined,
                        self.timings(device), benchmarked, allow_nondeterministic=self.settings.nondeterministic,
+                       trust_estimates=self.settings.trust_estimates,
                        deterministic_mode=deterministic)
         ranking.excluded.extend((kernel_id, f"failed when benchmarked: {why}") for kernel_id, why in failed.items())
         if not ranking.ranked:
@@ -128,24 +165,29 @@ class Engine:
         return self.execute(self.ranking(problem, device, backend), operands, out)
 
     def execute(self, ranking: Ranking, operands: tuple, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the first candidate of ``ranking`` that does not raise."""
+        """Run the first candidate of ``ranking`` that does not raise (see the module's text on faults)."""
         while True:
             best: Ranked = ranking.ranked[0]
             try:
                 return best.candidate.run(*operands, out=out)
             except Exception as exc:
-                self._drop(ranking, best, exc)
+                if is_transient(exc) or not self._drop(ranking, best, exc):
+                    raise
 
-    def _drop(self, ranking: Ranking, failed: Ranked, exc: Exception) -> None:
+    def _drop(self, ranking: Ranking, failed: Ranked, exc: Exception) -> bool:
+        """Record ``failed``'s failure and drop it from ``ranking``; False when it is the last candidate
+        (kept: a problem always keeps one to run)."""
         plugin = self.registry.get(failed.candidate.backend)
         if plugin is not None:
             plugin.record_failure(f"run of {failed.kernel_id} on {ranking.problem.key}", exc)
         with self._lock:
-            if ranking.ranked and ranking.ranked[0] is failed:
-                ranking.ranked.pop(0)
-                ranking.excluded.append((failed.kernel_id, f"failed when run: {type(exc).__name__}: {exc}"))
-        if not ranking.ranked:
-            raise exc
+            if ranking.ranked[0] is not failed:  # another thread dropped it already
+                return True
+            if len(ranking.ranked) == 1:
+                return False
+            ranking.ranked.pop(0)
+            ranking.excluded.append((failed.kernel_id, f"failed when run: {type(exc).__name__}: {exc}"))
+            return True
 
     def reset(self) -> None:
         """Forget every cached choice and measured time (settings and backends stay)."""

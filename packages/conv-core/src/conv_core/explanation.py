@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .call import autocast_operands
 from .candidate import Declined
 from .engine import NoCandidateError, get_engine
 from .problem import ConvProblem
@@ -99,7 +100,7 @@ def explain(problem_or_input: ConvProblem | torch.Tensor, weight: torch.Tensor |
 
     With a :class:`ConvProblem`, ``device`` defaults to the CPU for ``cpu``
     problems and the current GPU otherwise. With tensors, the problem is the
-    call's (``ConvProblem.from_tensors``) on the input's device. ``backend``
+    call's (``ConvProblem.from_tensors``, after autocast's casts) on the input's device. ``backend``
     restricts the choice to one backend, as the ``backend=`` argument of
     ``conv2d`` does.
 
@@ -113,7 +114,9 @@ def explain(problem_or_input: ConvProblem | torch.Tensor, weight: torch.Tensor |
     else:
         if weight is None:
             raise TypeError("explain() needs a ConvProblem, or the input and weight tensors of a call")
-        problem = ConvProblem.from_tensors(problem_or_input, weight, bias, stride, padding, dilation, groups,
+        # The problem the call runs: autocast's casts applied, as conv2d applies them.
+        x, weight, bias = autocast_operands(problem_or_input, weight, bias)
+        problem = ConvProblem.from_tensors(x, weight, bias, stride, padding, dilation, groups,
                                            activation=activation, out_dtype=out_dtype, direction=direction)
         device = problem_or_input.device if device is None else torch.device(device)
     engine = get_engine()
@@ -139,6 +142,7 @@ def _ranking(engine, problem: ConvProblem, device: torch.device, backend: str | 
         candidates, declined = engine.registry.candidates(problem, device, only=only)
         return rank(problem, candidates, declined, engine.timings(device),
                     allow_nondeterministic=engine.settings.nondeterministic,
+                    trust_estimates=engine.settings.trust_estimates,
                     deterministic_mode=torch.are_deterministic_algorithms_enabled())
 
 

@@ -1,18 +1,31 @@
-"""``torch.library`` custom ops, so ``torch.compile(fullgraph=True)`` traces through convolutions.
+"""``torch.library`` ops, so ``torch.compile(fullgraph=True)`` traces through convolutions and keeps
+Inductor's gains.
+
+Under ``torch.compile`` a conv-core call becomes ``conv_core::conv``, an op whose body
+(``CompositeImplicitAutograd``) runs while the graph is traced and decides per layer, as the eager
+path does (:mod:`conv_core.routes`): where aten ranks first in every direction the graph needs, the
+body is ``F.conv*d`` itself, so Inductor sees its own convolution (its fusions, its batch-norm folding
+under freezing, its autotuning); where a plugin kernel wins, the body is ``conv_core::convolution``,
+an opaque custom op whose backward calls the two opaque backward ops. Symbolic (dynamic) shapes cannot
+be ranked, so those layers are Inductor's too. The decision is made once per signature and never
+times anything (first-use benchmarking never runs while tracing).
 
 The ops take the call's arguments as plain lists (padding flattened as
-``[left0, right0, left1, right1, ...]``; empty strings for "none") and run the
-same functions as the eager path. Fake implementations give shapes, dtypes and
-strides without running anything. The backward of ``conv_core::convolution``
-calls the two backward ops, so a compiled training step sees three opaque ops.
+``[left0, right0, left1, right1, ...]``; empty strings for "none"). Fake implementations give shapes,
+dtypes and strides without running anything.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from .functional import ConvArgs, backward_data, backward_weight, bias_grad, forward, pre_activation_grad
+from . import activations
+from .call import ConvArgs, autocast_operands, check_call
+from .engine import get_engine
 from .problem import ConvProblem, detect_layout, empty_strided_for, torch_dtype
+from .routes import (CONV, backward_data, backward_weight, bias_grad, build_route, forward,
+                     pre_activation_grad)
 
 
 def _args(stride, padding, dilation, groups, activation, out_dtype, backend) -> ConvArgs:
@@ -28,12 +41,8 @@ def _flat(args: ConvArgs):
 
 def _shape_problem(args: ConvArgs, input_shape, weight_shape, dtype, layout: str, direction: str) -> ConvProblem:
     """A problem for shape arithmetic only (fake tensors have no real device to ask)."""
-    return ConvProblem(direction="fwd", batch=input_shape[0], in_channels=input_shape[1],
-                       out_channels=weight_shape[0], input_size=tuple(input_shape[2:]),
-                       filter_size=tuple(weight_shape[2:]), stride=args.stride, padding=args.padding,
-                       dilation=args.dilation, groups=args.groups, dtype=str(dtype).removeprefix("torch."),
-                       out_dtype=args.out_dtype or "", layout=layout, activation=args.activation,
-                       arch="cpu").with_direction(direction)
+    return args.problem(direction, input_shape, weight_shape, str(dtype).removeprefix("torch."), layout, False,
+                        "cpu")
 
 
 def _fake_result(problem: ConvProblem, like: torch.Tensor) -> torch.Tensor:
@@ -162,6 +171,62 @@ convolution_backward_data.register_autograd(_double_backward_data, setup_context
 convolution_backward_weight.register_autograd(_double_backward_weight, setup_context=_save_bwd_weight)
 
 
-def call_op(input, weight, bias, args: ConvArgs) -> torch.Tensor:
-    """The forward custom op for a normalised call (used while ``torch.compile`` traces)."""
-    return convolution(input, weight, bias, *_flat(args))
+# ---- the traced entry: Inductor's convolution or the opaque op, decided per layer ------------------
+
+_lib = torch.library.Library("conv_core", "FRAGMENT")
+_lib.define("conv(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, "
+            "int groups, str activation, ScalarType? out_dtype, str backend) -> Tensor")
+
+def _plugin_wins(args: ConvArgs, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether the eager path would run a plugin kernel for this layer (in some direction it needs)."""
+    sizes = (*input.shape, *input.stride(), *weight.shape)
+    if not all(type(v) is int for v in sizes):  # symbolic: no ranking can speak for every size
+        return False
+    if input.numel() == 0 or weight.numel() == 0:
+        return False
+    needs_grad = _needs_grad(input, weight, bias)
+    key = ("traced", args, tuple(input.shape), input.stride(), input.dtype, str(input.device),
+           tuple(weight.shape), None if bias is None else bias.dtype, needs_grad,
+           torch.are_deterministic_algorithms_enabled())
+    calls = get_engine().calls
+    wins = calls.get(key)
+    if wins is None:
+        check_call(args.ndim, input, weight, bias, args)
+        route = build_route(args, input, weight, bias, needs_grad, may_time=False)
+        wins = calls[key] = not route.direct
+    return wins
+
+
+def _needs_grad(input, weight, bias) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias))
+
+
+def _conv(input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend):
+    args = _args(stride, padding, dilation, groups, activation, out_dtype, backend)
+    if _plugin_wins(args, input, weight, bias):
+        # The opaque op's backward reads the activation's derivative off its output (relu, relu6 only).
+        fusable = activation in activations.DERIVATIVE_FROM_OUTPUT or not _needs_grad(input, weight, bias)
+        fused = activation if fusable else ""
+        y = convolution(input, weight, bias, stride, padding, dilation, groups, fused, out_dtype, backend)
+        return y if fused == activation else activations.apply(activation or None, y)
+    sym = args.symmetric_padding
+    if sym is None:
+        input = F.pad(input, [v for pair in reversed(args.padding) for v in pair])
+        sym = (0,) * args.ndim
+    y = activations.apply(args.activation, CONV[args.ndim](input, weight, bias, args.stride, sym, args.dilation,
+                                                          groups))
+    return y if out_dtype is None else y.to(out_dtype)
+
+
+_lib.impl("conv", _conv, "CompositeImplicitAutograd")
+
+
+def traced_call(ndim: int, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype,
+                backend) -> torch.Tensor:
+    """A conv-core call while ``torch.compile`` traces: normalised and handed to ``conv_core::conv``."""
+    if input.dim() == ndim + 1:
+        return traced_call(ndim, input.unsqueeze(0), weight, bias, stride, padding, dilation, groups, activation,
+                           out_dtype, backend).squeeze(0)
+    input, weight, bias = autocast_operands(input, weight, bias)
+    args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, backend)
+    return torch.ops.conv_core.conv(input, weight, bias, *_flat(args))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import re
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -58,15 +59,22 @@ def element_size(name: str) -> int:
     return torch_dtype(name).itemsize
 
 
-def _tuple(value, ndim: int, field: str) -> tuple[int, ...]:
-    if isinstance(value, int):
+def per_dim(value, ndim: int, field: str) -> tuple[int, ...]:
+    """``value`` as one int per spatial dimension (an int, or a sequence of 1 or ``ndim`` ints).
+
+    Anything else is a ``ValueError`` naming ``field``, as ``torch.nn.functional`` would refuse it.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
         return (value,) * ndim
-    value = tuple(int(v) for v in value)
-    if len(value) == 1:
-        return value * ndim
-    if len(value) != ndim:
+    try:
+        items = tuple(operator.index(v) for v in value)
+    except TypeError:
+        raise ValueError(f"{field}={value!r} must be an int or a tuple of {ndim} ints") from None
+    if len(items) == 1:
+        return items * ndim
+    if len(items) != ndim:
         raise ValueError(f"{field}={value} must have {ndim} entries for a {ndim}D convolution")
-    return value
+    return items
 
 
 def normalize_padding(padding, ndim: int, filter_size, dilation, stride) -> tuple[tuple[int, int], ...]:
@@ -88,14 +96,16 @@ def normalize_padding(padding, ndim: int, filter_size, dilation, stride) -> tupl
                 pairs.append((total // 2, total - total // 2))
             return tuple(pairs)
         raise ValueError(f"padding={padding!r} is not supported; use an int, a tuple, 'same' or 'valid'")
-    if isinstance(padding, int):
+    if isinstance(padding, int) and not isinstance(padding, bool):
         return ((padding, padding),) * ndim
+    if not isinstance(padding, (tuple, list)):
+        raise ValueError(f"padding={padding!r} must be an int, a tuple of ints, 'same' or 'valid'")
     padding = tuple(padding)
     if padding and all(isinstance(p, (tuple, list)) for p in padding):
         if len(padding) != ndim or any(len(p) != 2 for p in padding):
             raise ValueError(f"padding={padding} must be {ndim} (left, right) pairs")
-        return tuple((int(a), int(b)) for a, b in padding)
-    return tuple((p, p) for p in _tuple(padding, ndim, "padding"))
+        return tuple((operator.index(a), operator.index(b)) for a, b in padding)
+    return tuple((p, p) for p in per_dim(padding, ndim, "padding"))
 
 
 @dataclass(frozen=True)
@@ -129,9 +139,9 @@ class ConvProblem:
         ndim = len(self.input_size)
         set_ = object.__setattr__
         set_(self, "input_size", tuple(int(v) for v in self.input_size))
-        set_(self, "filter_size", _tuple(self.filter_size, ndim, "filter_size"))
-        set_(self, "stride", _tuple(self.stride, ndim, "stride"))
-        set_(self, "dilation", _tuple(self.dilation, ndim, "dilation"))
+        set_(self, "filter_size", per_dim(self.filter_size, ndim, "filter_size"))
+        set_(self, "stride", per_dim(self.stride, ndim, "stride"))
+        set_(self, "dilation", per_dim(self.dilation, ndim, "dilation"))
         set_(self, "padding", normalize_padding(self.padding, ndim, self.filter_size, self.dilation, self.stride))
         set_(self, "dtype", dtype_name(self.dtype))
         set_(self, "weight_dtype", dtype_name(self.weight_dtype or self.dtype))
@@ -340,30 +350,18 @@ class ConvProblem:
     def from_tensors(cls, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                      stride=1, padding=0, dilation=1, groups: int = 1, *, activation: str | None = None,
                      out_dtype: torch.dtype | str | None = None, direction: str = "fwd") -> ConvProblem:
-        """The problem of a ``torch.nn.functional.conv*d``-style call.
+        """The problem of a ``torch.nn.functional.conv*d``-style call (:func:`conv_core.call.problem_of_call`).
 
         Checks the tensors first (rank, device, dtype, channel counts), so a
         bad call fails here with a message about the call, not deep in a kernel.
         """
-        check_call_tensors(input, weight, bias, groups)
-        ndim = input.dim() - 2
-        filter_size = tuple(weight.shape[2:])
-        stride = _tuple(stride, ndim, "stride")
-        dilation = _tuple(dilation, ndim, "dilation")
-        return cls(
-            direction=direction, batch=input.shape[0], in_channels=input.shape[1], out_channels=weight.shape[0],
-            input_size=tuple(input.shape[2:]), filter_size=filter_size, stride=stride,
-            padding=normalize_padding(padding, ndim, filter_size, dilation, stride), dilation=dilation,
-            groups=groups, dtype=dtype_name(input.dtype), weight_dtype=dtype_name(weight.dtype),
-            out_dtype=dtype_name(out_dtype or input.dtype), layout=detect_layout(input),
-            bias=bias is not None, activation=activation, arch=_arch_of(input.device),
-        )
+        from .call import ConvArgs, problem_of_call
 
-
-def _arch_of(device: torch.device) -> str:
-    from .arch import device_arch
-
-    return device_arch(device)
+        ndim = input.dim() - 2 if isinstance(input, torch.Tensor) else 0
+        if not 1 <= ndim <= 3:
+            check_call_tensors(input, weight, bias, groups)
+        args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, None)
+        return problem_of_call(ndim, input, weight, bias, args, direction)
 
 
 def check_call_tensors(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int) -> None:

@@ -11,6 +11,13 @@ Candidates are then ordered by (experimental last, non-deterministic last,
 time, kernel id), so the same problem on the same machine always picks the
 same kernel. A candidate measured as ``broken`` is never ranked.
 
+aten (PyTorch's own convolution) is the baseline a user already has, so a
+plugin candidate is ranked ahead of it only on evidence: both times measured
+(not estimated) and the candidate's at least :data:`MARGIN` faster. An
+estimate never displaces aten. Estimates rank plugin candidates among
+themselves, behind aten, where they serve as fallbacks. ``CONV_CORE_TRUST_ESTIMATES=1``
+lifts that rule: every candidate is then ranked by its time, whatever its source.
+
 Non-deterministic candidates (tagged ``atomics``) are excluded while
 ``torch.use_deterministic_algorithms`` is on; otherwise they come after every
 candidate without that tag, unless ``CONV_CORE_NONDETERMINISTIC=1`` ranks them by time.
@@ -52,6 +59,20 @@ class Ranking:
         return self.ranked[0]
 
 
+#: How much faster (as a ratio of measured times) a plugin candidate must be to run instead of aten: more
+#: than the spread of two timings of one kernel, so a tie in noise stays with aten.
+MARGIN = 1.05
+
+#: Sources of a time that count as evidence (measured on the hardware), as opposed to ``estimate``.
+MEASURED = ("tuning-db", "table:", "benchmark")
+
+BASELINE_BACKEND = "aten"
+
+
+def is_measured(source: str) -> bool:
+    return source.startswith(MEASURED)
+
+
 def nondeterministic(candidate: Candidate) -> bool:
     """Whether ``candidate`` may give different bits between runs (it accumulates with atomics)."""
     return "atomics" in candidate.tags
@@ -59,11 +80,12 @@ def nondeterministic(candidate: Candidate) -> bool:
 
 def rank(problem: ConvProblem, candidates: list[Candidate], declined: list[Declined], timings: Timings,
          benchmarked: dict[str, float] | None = None, *, allow_nondeterministic: bool = False,
-         deterministic_mode: bool = False) -> Ranking:
+         deterministic_mode: bool = False, trust_estimates: bool = False) -> Ranking:
     """Order ``candidates`` for ``problem``; see the module docstring for the rules.
 
     ``allow_nondeterministic``: the ``CONV_CORE_NONDETERMINISTIC`` setting;
-    ``deterministic_mode``: ``torch.are_deterministic_algorithms_enabled()``.
+    ``deterministic_mode``: ``torch.are_deterministic_algorithms_enabled()``;
+    ``trust_estimates``: the ``CONV_CORE_TRUST_ESTIMATES`` setting.
     """
     ranked: list[Ranked] = []
     excluded: list[tuple[str, str]] = []
@@ -80,6 +102,30 @@ def rank(problem: ConvProblem, candidates: list[Candidate], declined: list[Decli
             ranked.append(Ranked(c, benchmarked[c.kernel_id], "benchmark"))
         else:
             ranked.append(Ranked(c, c.estimate_us, "estimate"))
-    ranked.sort(key=lambda r: ("experimental" in r.candidate.tags,
-                               not allow_nondeterministic and nondeterministic(r.candidate), r.us, r.kernel_id))
+    def demoted(r: Ranked) -> bool:
+        return "experimental" in r.candidate.tags or (not allow_nondeterministic and nondeterministic(r.candidate))
+
+    ranked.sort(key=lambda r: (demoted(r), r.us, r.kernel_id))
+    if not trust_estimates:
+        ranked = baseline_first(ranked, demoted)
     return Ranking(problem, ranked, list(declined), excluded)
+
+
+def baseline_first(ranked: list[Ranked], demoted=lambda r: False) -> list[Ranked]:
+    """``ranked`` with aten moved ahead of every candidate that has no evidence of beating it by MARGIN.
+
+    Candidates that keep their place ahead of aten are those measured at least MARGIN faster than aten's
+    measured time (and not ``demoted``: experimental, or non-deterministic where that ranks last); the
+    order among the others is unchanged.
+    """
+    baseline = next((r for r in ranked if r.candidate.backend == BASELINE_BACKEND), None)
+    if baseline is None:
+        return ranked
+    aten_measured = is_measured(baseline.source)
+
+    def proven(r: Ranked) -> bool:
+        return aten_measured and not demoted(r) and is_measured(r.source) and r.us * MARGIN <= baseline.us
+
+    ahead = [r for r in ranked if r is not baseline and proven(r)]
+    behind = [r for r in ranked if r is not baseline and not any(r is a for a in ahead)]
+    return ahead + [baseline] + behind

@@ -9,6 +9,7 @@
 | ``CONV_CORE_TUNING_DB`` | path of the tuning database (default ``~/.cache/conv-core/tuning.json``) |
 | ``CONV_CORE_BENCHMARK`` | ``1``: time each new problem's candidates once, on first use (never while capturing) |
 | ``CONV_CORE_NONDETERMINISTIC`` | ``1``: rank ``atomics`` candidates by time (default: after the non-atomics ones) |
+| ``CONV_CORE_TRUST_ESTIMATES`` | ``1``: estimates may displace aten (default: only measured times, by a margin) |
 
 Settings are read when the registry loads or a choice is first made; call
 ``conv_core.reset()`` after changing them in a running process.
@@ -41,6 +42,7 @@ class Settings:
     tuning_db: Path
     benchmark: bool
     nondeterministic: bool
+    trust_estimates: bool = False
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -53,4 +55,5 @@ class Settings:
             tuning_db=Path(os.environ.get("CONV_CORE_TUNING_DB", default_db)),
             benchmark=_flag("CONV_CORE_BENCHMARK"),
             nondeterministic=_flag("CONV_CORE_NONDETERMINISTIC"),
+            trust_estimates=_flag("CONV_CORE_TRUST_ESTIMATES"),
         )

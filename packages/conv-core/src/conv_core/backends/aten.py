@@ -46,6 +46,8 @@ def conv_core_candidates(problem: ConvProblem, device: torch.device) -> list[Can
     tags = {"cuda_graph_safe"} if cudnn_like else {"deterministic"}
     if cudnn_like and problem.dtype == "float32" and torch.backends.cudnn.allow_tf32:
         tags.add("tf32")
+    if _compute_dtype(problem) is torch_dtype(problem.dtype) is torch_dtype(problem.result_dtype):
+        tags.add("direct")
     efficiency = 0.75 if problem.layout == "channels_last" else 0.45
     return [Candidate(NAME, "native", "default", run=_RUN[problem.direction](problem),
                       estimate_us=estimate_us(problem, efficiency, 0.35), tags=frozenset(tags))]

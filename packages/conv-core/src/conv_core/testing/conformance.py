@@ -343,13 +343,14 @@ def _noncontiguous_backward(problem: ConvProblem, backend: str, device: torch.de
 
 
 def _backward_function(problem: ConvProblem, backend: str, device: torch.device, x, w, dy) -> torch.Tensor:
-    from .. import functional
+    from .. import routes
+    from ..call import ConvArgs
 
-    args = functional.ConvArgs.of(problem.ndim, w, problem.stride, problem.padding, problem.dilation,
-                                  problem.groups, None, None, backend)
+    args = ConvArgs.of(problem.ndim, w, problem.stride, problem.padding, problem.dilation, problem.groups, None,
+                       None, backend)
     if problem.direction == "bwd_data":
-        return functional.backward_data(dy, w, problem.input_shape, problem.layout, args)
-    return functional.backward_weight(x, dy, problem.weight_shape, args)
+        return routes.backward_data(dy, w, problem.input_shape, problem.layout, args)
+    return routes.backward_weight(x, dy, problem.weight_shape, args)
 
 
 def pick_noncontiguous_problem(problems: Sequence[ConvProblem]) -> ConvProblem | None:

@@ -1,0 +1,163 @@
+"""How one call signature runs: straight to PyTorch's convolution, or through the engine's candidates.
+
+A :class:`Route` is decided once per call signature (argument checks, normalisation and ranking
+happen then); afterwards a call is one dictionary lookup and :meth:`Route.run`.
+
+Where aten (PyTorch's convolution) ranks first in every direction the call needs, the route is
+*direct*: ``F.conv*d`` itself, with PyTorch's own autograd. Such a call costs what ``F.conv*d`` costs
+plus the lookup, and under ``torch.compile`` Inductor sees its own convolution (see
+:mod:`conv_core.ops`). Otherwise operands reach the ranked candidates dense in the problem's layout
+(channels-first or channels-last, read from the input's strides); a non-dense input is copied once
+into that layout, and the output has the input's layout.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from . import activations
+from .call import ConvArgs, problem_of_call
+from .engine import ANY_BACKEND, NoCandidateError, get_engine
+from .problem import ConvProblem, detect_layout, dtype_name, to_layout, torch_dtype
+from .ranking import Ranking
+
+log = logging.getLogger("conv_core")
+
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+_warned_fallbacks: set[tuple[str, str]] = set()
+
+
+class Route:
+    """What the engine decided for one call signature: the problem, its rankings, and how to feed it."""
+
+    __slots__ = ("args", "problem", "ranking", "backward", "layout", "bias_dtype", "direct", "conv", "padding")
+
+    def __init__(self, args: ConvArgs, problem: ConvProblem, ranking: Ranking,
+                 backward: dict[str, Ranking]) -> None:
+        self.args, self.problem, self.ranking, self.backward = args, problem, ranking, backward
+        self.layout = problem.layout
+        self.bias_dtype = torch_dtype(problem.out_dtype)
+        rankings = (ranking, *backward.values())
+        padding = args.symmetric_padding
+        self.direct = (padding is not None and problem.out_dtype == problem.dtype
+                       and all("direct" in r.best.candidate.tags for r in rankings))
+        self.conv = CONV[args.ndim]
+        self.padding = padding
+
+    def run(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The forward convolution with its epilogue (autograd only on the direct route)."""
+        if self.direct:
+            a = self.args
+            y = self.conv(x, w, bias, a.stride, self.padding, a.dilation, a.groups)
+            return y if a.activation is None else activations.ACTIVATIONS[a.activation](y)
+        if bias is not None and (bias.dtype is not self.bias_dtype or not bias.is_contiguous()):
+            bias = bias.to(self.bias_dtype).contiguous()
+        operands = (to_layout(x, self.layout), to_layout(w, self.layout), bias)
+        return get_engine().execute(self.ranking, operands)
+
+
+def rank_direction(problem: ConvProblem, device: torch.device, backend: str | None, may_time: bool) -> Ranking:
+    """The engine's ranking; a backward direction the asked-for backend cannot run goes to the best other.
+
+    Forcing a backend that has only a forward (``backend="example"``) still lets a model train: its
+    gradients run on the best backend that has them, and a warning says so once per backend and direction.
+    """
+    engine = get_engine()
+    try:
+        return engine.ranking(problem, device, backend, may_time=may_time)
+    except NoCandidateError:
+        forced = backend or engine.settings.force_backend
+        if problem.direction == "fwd" or forced is None:
+            raise
+    if (forced, problem.direction) not in _warned_fallbacks:
+        _warned_fallbacks.add((forced, problem.direction))
+        log.warning("conv_core: backend %r has no %s candidate for %s; the best other backend runs it",
+                    forced, problem.direction, problem.key)
+    return engine.ranking(problem, device, ANY_BACKEND, may_time=may_time)
+
+
+def build_route(args: ConvArgs, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool,
+                may_time: bool = True) -> Route:
+    """Check the call, rank its forward (and, when gradients are needed, both backward problems)."""
+    engine = get_engine()
+    engine.check_backend(args.backend)
+    problem = problem_of_call(args.ndim, x, w, bias, args)
+    ranking = engine.ranking(problem, x.device, args.backend, may_time=may_time)
+    backward = {}
+    if needs_grad:
+        for direction in ("bwd_data", "bwd_weight"):
+            backward[direction] = rank_direction(problem.with_direction(direction), x.device, args.backend,
+                                                 may_time)
+    return Route(args, problem, ranking, backward)
+
+
+def cacheable(may_time: bool) -> bool:
+    """Whether a route built now may be kept: not one ranked without the first-use timing it should have."""
+    return may_time or not get_engine().settings.benchmark
+
+
+# ---- the engine's backward directions (eager autograd and the custom ops) ---------------------------
+
+
+def _backward(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape, weight_shape, layout: str,
+              args: ConvArgs, ranking: Ranking | None = None) -> torch.Tensor:
+    engine = get_engine()
+    dtype = dtype_name(b.dtype if direction == "bwd_data" else a.dtype)
+    if ranking is None:
+        key = (direction, args, tuple(input_shape), tuple(weight_shape), dtype, layout, a.device,
+               torch.are_deterministic_algorithms_enabled())
+        ranking = engine.calls.get(key)
+        if ranking is None:
+            problem = args.problem(direction, input_shape, weight_shape, dtype, layout, False,
+                                   _arch(a.device))
+            ranking = rank_direction(problem, a.device, args.backend, True)
+            engine.calls[key] = ranking
+    torch_dt = torch_dtype(dtype)
+    return engine.execute(ranking, (to_layout(a.to(torch_dt), layout), to_layout(b.to(torch_dt), layout)))
+
+
+def _arch(device: torch.device) -> str:
+    from .arch import device_arch
+
+    return device_arch(device)
+
+
+def backward_data(grad_pre: torch.Tensor, w: torch.Tensor, input_shape, layout: str, args: ConvArgs,
+                  ranking: Ranking | None = None) -> torch.Tensor:
+    """Gradient w.r.t. the input, given the gradient w.r.t. the pre-activation output."""
+    return _backward("bwd_data", grad_pre, w, input_shape, w.shape, layout, args, ranking)
+
+
+def backward_weight(x: torch.Tensor, grad_pre: torch.Tensor, weight_shape, args: ConvArgs,
+                    ranking: Ranking | None = None) -> torch.Tensor:
+    """Gradient w.r.t. the weight, given the gradient w.r.t. the pre-activation output."""
+    return _backward("bwd_weight", x, grad_pre, x.shape, weight_shape, detect_layout(x), args, ranking)
+
+
+def pre_activation_grad(args: ConvArgs, y: torch.Tensor | None, grad: torch.Tensor) -> torch.Tensor:
+    """Turn the output gradient into the gradient w.r.t. conv + bias (only relu/relu6 are fused here)."""
+    if args.activation is None:
+        return grad
+    return activations.grad_from_output(args.activation, y, grad)
+
+
+def bias_grad(grad_pre: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    dims = [0, *range(2, grad_pre.dim())]
+    return grad_pre.sum(dims, dtype=torch.promote_types(grad_pre.dtype, torch.float32)).to(bias.dtype)
+
+
+def forward(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, args: ConvArgs) -> torch.Tensor:
+    """The forward convolution for normalised arguments (the opaque custom op's body); no autograd."""
+    calls = get_engine().calls
+    key = ("op", args, x.shape, x.stride(), x.dtype, x.device, w.shape, w.dtype,
+           None if bias is None else bias.dtype, torch.are_deterministic_algorithms_enabled())
+    route = calls.get(key)
+    if route is None:
+        route = build_route(args, x, w, bias, needs_grad=False)
+        route.direct = False  # the op was chosen for a plugin kernel; run the engine's choice
+        calls[key] = route
+    return route.run(x, w, bias)

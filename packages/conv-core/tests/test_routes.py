@@ -1,0 +1,264 @@
+"""How a call runs: PyTorch's convolution where aten ranks first, the engine where a plugin is proven faster;
+faults that never poison a problem; PyTorch's answers for the calls it answers; clear errors for the rest."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import conv_core
+from conv_core import BackendInfo, Candidate, ConvProblem, Declined, hookimpl
+from conv_core.backends import aten
+from fake_backends import prove_faster
+from test_bench_tune import isolate, use_backends
+
+
+@pytest.fixture(autouse=True)
+def fresh_engine(tmp_path, monkeypatch):
+    isolate(tmp_path, monkeypatch)
+
+
+class Counting:
+    """A backend that runs aten's kernel under its own name, counting its runs by direction; ``fail`` raises
+    instead, the given number of times (``None``: always)."""
+
+    def __init__(self, name="counting", directions=("fwd", "bwd_data", "bwd_weight"), fail=None, failures=0):
+        self.name, self.directions, self.fail, self.failures = name, directions, fail, failures
+        self.runs: list[str] = []
+
+    @hookimpl
+    def conv_core_backend_info(self):
+        return BackendInfo(self.name, "1.0", ("cpu",), "test backend")
+
+    @hookimpl
+    def conv_core_candidates(self, problem, device):
+        if problem.direction not in self.directions:
+            return [Declined(self.name, f"no {problem.direction}")]
+        (base,) = aten.conv_core_candidates(problem, device)
+        return [Candidate(self.name, "k", "c", functools.partial(self._run, problem, base.run), estimate_us=1.0)]
+
+    def _run(self, problem, run, *operands, out=None):
+        self.runs.append(problem.direction)
+        if self.fail is not None and (self.failures is None or self.failures > 0):
+            if self.failures is not None:
+                self.failures -= 1
+            raise self.fail
+        return run(*operands, out=out)
+
+
+def tensors(grad=False, dtype=torch.float32, batch=2):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 4, 7, 6, generator=g, dtype=dtype)
+    w = torch.randn(6, 4, 3, 3, generator=g, dtype=dtype)
+    b = torch.randn(6, generator=g, dtype=dtype)
+    return [t.requires_grad_(grad) for t in (x, w, b)]
+
+
+def call_problems(x, w, b, **kwargs):
+    fwd = ConvProblem.from_tensors(x, w, b, **kwargs)
+    return [fwd, fwd.with_direction("bwd_data"), fwd.with_direction("bwd_weight")]
+
+
+# ---- the host path ----------------------------------------------------------------------------------
+
+
+def test_where_aten_ranks_first_the_call_is_pytorchs_own_convolution():
+    x, w, b = tensors(grad=True)
+    y = conv_core.conv2d(x, w, b, padding=1)
+    assert type(y.grad_fn).__name__ == "ConvolutionBackward0"  # PyTorch's autograd, no wrapper
+    assert torch.equal(y, F.conv2d(x, w, b, padding=1))
+    with torch.no_grad():
+        assert torch.equal(conv_core.conv2d(x, w, b, padding=1, activation="relu"), F.relu(F.conv2d(x, w, b, 1, 1)))
+
+
+def test_estimates_never_displace_aten_but_measured_evidence_does(monkeypatch):
+    backend = Counting()
+    engine = use_backends(monkeypatch, counting=backend)
+    x, w, b = tensors(grad=True)
+    conv_core.conv2d(x, w, b, padding=1).sum().backward()
+    assert backend.runs == []  # its estimate (1 us) beats aten's, but an estimate is no evidence
+
+    prove_faster(engine, call_problems(x, w, b, padding=1), ["counting:k:c"])
+    x.grad = w.grad = b.grad = None
+    y = conv_core.conv2d(x, w, b, padding=1)
+    assert type(y.grad_fn).__name__ != "ConvolutionBackward0"
+    y.sum().backward()
+    assert backend.runs == ["fwd", "bwd_data", "bwd_weight"]
+    x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    F.conv2d(x2, w2, b2, padding=1).sum().backward()
+    for got, want in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
+        torch.testing.assert_close(got, want)
+
+
+def test_a_measured_win_within_the_margin_stays_with_aten(monkeypatch):
+    engine = use_backends(monkeypatch, counting=Counting())
+    x, w, b = tensors()
+    prove_faster(engine, call_problems(x, w, b, padding=1), ["counting:k:c"], aten_us=100.0, us=97.0)
+    assert engine.ranking(call_problems(x, w, b, padding=1)[0], x.device).best.kernel_id == "aten:native:default"
+
+
+# ---- faults -----------------------------------------------------------------------------------------
+
+
+def test_out_of_memory_is_raised_and_leaves_the_ranking_intact(monkeypatch):
+    backend = Counting(fail=torch.OutOfMemoryError("CUDA out of memory (simulated)"), failures=1)
+    engine = use_backends(monkeypatch, counting=backend)
+    x, w, b = tensors()
+    problem = call_problems(x, w, b, padding=1)[0]
+    prove_faster(engine, [problem], ["counting:k:c"])
+    with pytest.raises(torch.OutOfMemoryError):
+        conv_core.conv2d(x, w, b, padding=1)
+    ranking = engine.ranking(problem, x.device)
+    assert ranking.best.kernel_id == "counting:k:c" and not ranking.excluded
+    torch.testing.assert_close(conv_core.conv2d(x, w, b, padding=1), F.conv2d(x, w, b, padding=1))
+    assert backend.runs == ["fwd", "fwd"]
+
+
+def test_a_broken_kernel_is_dropped_recorded_and_replaced(monkeypatch):
+    backend = Counting(fail=RuntimeError("illegal instruction (simulated)"), failures=None)
+    engine = use_backends(monkeypatch, counting=backend)
+    x, w, b = tensors()
+    problem = call_problems(x, w, b, padding=1)[0]
+    prove_faster(engine, [problem], ["counting:k:c"])
+    for _ in range(2):
+        torch.testing.assert_close(conv_core.conv2d(x, w, b, padding=1), F.conv2d(x, w, b, padding=1))
+    assert backend.runs == ["fwd"]  # tried once, then replaced by aten
+    assert "illegal instruction" in dict(engine.ranking(problem, x.device).excluded)["counting:k:c"]
+    assert any("illegal instruction" in f for f in engine.registry.get("counting").failures)
+
+
+def test_the_last_candidate_is_never_dropped(monkeypatch):
+    backend = Counting(fail=RuntimeError("broken (simulated)"), failures=None)
+    use_backends(monkeypatch, counting=backend)
+    x, w, b = tensors()
+    for _ in range(3):  # the same error every time, never an IndexError from an emptied ranking
+        with pytest.raises(RuntimeError, match="broken"):
+            conv_core.conv2d(x, w, b, padding=1, backend="counting")
+    backend.failures = 0
+    torch.testing.assert_close(conv_core.conv2d(x, w, b, padding=1, backend="counting"), F.conv2d(x, w, b, padding=1))
+
+
+def test_a_forced_backend_without_backward_leaves_gradients_to_the_best_other(monkeypatch, caplog):
+    backend = Counting("fwdonly", directions=("fwd",))
+    use_backends(monkeypatch, fwdonly=backend)
+    x, w, b = tensors(grad=True)
+    with caplog.at_level(logging.WARNING, logger="conv_core"):
+        y = conv_core.conv2d(x, w, b, padding=1, backend="fwdonly")  # told at the forward, not at .backward()
+    assert "no bwd_data candidate" in caplog.text and "no bwd_weight candidate" in caplog.text
+    y.sum().backward()
+    assert backend.runs == ["fwd"]
+    x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
+    F.conv2d(x2, w2, b.detach(), padding=1).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
+
+
+# ---- PyTorch's answers ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shapes", [((0, 4, 7, 6), (6, 4, 3, 3)), ((2, 0, 7, 6), (6, 0, 3, 3))],
+                         ids=["batch0", "channels0"])
+def test_empty_inputs_get_pytorchs_empty_output_and_zero_gradients(shapes):
+    x_shape, w_shape = shapes
+    x = torch.randn(x_shape, requires_grad=True)
+    w = torch.randn(w_shape, requires_grad=True)
+    b = torch.randn(w_shape[0], requires_grad=True)
+    y = conv_core.conv2d(x, w, b, padding=1, activation="relu")
+    want = F.relu(F.conv2d(x, w, b, padding=1))
+    assert y.shape == want.shape and torch.equal(y, want)
+    y.sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape and not w.grad.any()
+
+
+def test_unbatched_and_noncontiguous_inputs():
+    x, w, b = tensors()
+    torch.testing.assert_close(conv_core.conv2d(x[0], w, b, padding=1), F.conv2d(x[0], w, b, padding=1))
+    view = x.transpose(2, 3)
+    torch.testing.assert_close(conv_core.conv2d(view, w, b, padding=1), F.conv2d(view, w, b, padding=1))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(padding=1.5), r"padding=1\.5 must be an int, a tuple of ints, 'same' or 'valid'"),
+    (dict(stride=1.5), r"stride=1\.5 must be an int or a tuple of 2 ints"),
+    (dict(dilation=(1, 2, 3)), r"dilation=\(1, 2, 3\) must have 2 entries"),
+    (dict(groups=0), r"groups=0 must be a positive int"),
+    (dict(out_dtype="int8"), r"out_dtype='int8': dtype int8 is not supported"),
+    (dict(backend="nonexistent"), r"backend='nonexistent' cannot be used: no backend has that name; "
+                                  r"loaded backends: aten"),
+])
+def test_bad_arguments_are_named(kwargs, match):
+    x, w, b = tensors()
+    with pytest.raises(ValueError, match=match):
+        conv_core.conv2d(x, w, b, **kwargs)
+
+
+def test_a_bias_of_another_dtype_is_refused_as_pytorch_refuses_it():
+    x, w, b = tensors()
+    with pytest.raises(RuntimeError):
+        F.conv2d(x, w, b.double())
+    with pytest.raises(ValueError, match="bias dtype torch.float64 differs from the input's torch.float32"):
+        conv_core.conv2d(x, w, b.double())
+
+
+def test_explain_under_autocast_describes_the_problem_that_runs():
+    x, w, b = tensors()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        explained = conv_core.explain(x, w, b, padding=1)
+    assert explained.problem.dtype == "bfloat16"
+
+
+# ---- torch.compile: Inductor's convolution where aten wins, the opaque op where a plugin does ----------
+
+
+def _aten_targets(model, x) -> set[str]:
+    """The ops of the forward graph torch.compile (AOT autograd) hands to its compiler, whole-graph."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    seen: set[str] = set()
+
+    def record(gm, _example_inputs):
+        seen.update(str(node.target) for node in gm.graph.nodes if node.op == "call_function")
+        return gm
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=aot_autograd(fw_compiler=record), fullgraph=True)
+    torch.testing.assert_close(compiled(x), model(x))
+    return seen
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 6, 3, padding=1)
+        self.bn = nn.BatchNorm2d(6)
+        self.conv2 = nn.Conv2d(6, 6, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.bn(self.conv1(x)))) + 1
+
+
+def test_compiled_converted_model_traces_whole_and_keeps_aten_convolutions(monkeypatch):
+    use_backends(monkeypatch, counting=Counting())
+    model = conv_core.convert(Tiny().eval())
+    with torch.no_grad():
+        targets = _aten_targets(model, torch.randn(2, 4, 7, 6))
+    assert "aten.convolution.default" in targets and not any("conv_core" in t for t in targets)
+
+
+def test_compiled_model_runs_a_proven_plugin_kernel_as_an_opaque_op(monkeypatch):
+    backend = Counting()
+    engine = use_backends(monkeypatch, counting=backend)
+    model = conv_core.convert(Tiny().eval())
+    x = torch.randn(2, 4, 7, 6)
+    prove_faster(engine, [ConvProblem.from_tensors(x, model.conv1.weight, model.conv1.bias, padding=1)],
+                 ["counting:k:c"])
+    with torch.no_grad():
+        targets = _aten_targets(model, x)
+    assert "conv_core.convolution.default" in targets  # conv1: the plugin kernel
+    assert "aten.convolution.default" in targets  # conv2: Inductor's
+    assert "fwd" in backend.runs
