@@ -12,6 +12,7 @@ from .engine import NoCandidateError, get_engine, reset  # noqa: E402
 from .explanation import explain  # noqa: E402
 from .capture import capture_shapes  # noqa: E402
 from .nn import convert, revert  # noqa: E402
+from .fuse import optimize_for_inference  # noqa: E402
 from . import nn  # noqa: E402
 from .functional import conv1d, conv2d, conv3d  # noqa: E402
 from .hookspec import hookimpl  # noqa: E402
@@ -20,5 +21,6 @@ from . import ops  # noqa: E402,F401  (registers the torch.library custom ops)
 
 __all__ = [
     "BackendInfo", "Candidate", "ConvProblem", "Declined", "NoCandidateError", "capture_shapes", "conv1d", "conv2d",
-    "conv3d", "convert", "explain", "get_engine", "hookimpl", "nn", "reset", "revert",
+    "conv3d", "convert", "explain", "get_engine", "hookimpl", "nn", "optimize_for_inference", "reset",
+    "revert",
 ]

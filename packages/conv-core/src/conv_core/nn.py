@@ -104,18 +104,23 @@ def _swap_class(module: nn.Module, new_base: type) -> None:
     module.__class__ = type(f"Parametrized{new_base.__name__}", (new_base,), namespace)
 
 
-def convert(model: nn.Module, backend: str | None = None) -> nn.Module:
+def convert(model: nn.Module, backend: str | None = None, fuse: bool = False) -> nn.Module:
     """Make every exact ``torch.nn.Conv1d/2d/3d`` in ``model`` (itself included) run through conv-core, in place.
 
     Subclasses, transposed convolutions and modules already converted are left
     alone. ``backend`` restricts the converted modules to one backend by name.
-    Returns ``model``.
+    ``fuse=True`` then fuses convolution -> batch norm -> activation chains for
+    eval mode (:func:`conv_core.optimize_for_inference`). Returns ``model``.
     """
     for module in model.modules():
         core_cls = _TO_CORE.get(parametrize.type_before_parametrizations(module))
         if core_cls is not None:
             _swap_class(module, core_cls)
             module.backend = backend
+    if fuse:
+        from .fuse import optimize_for_inference  # fuse imports this module
+
+        optimize_for_inference(model)
     return model
 
 
@@ -124,6 +129,7 @@ def revert(model: nn.Module) -> nn.Module:
 
     A module with a fused ``activation`` or an ``out_dtype`` has no torch
     equivalent; reverting it raises ``ValueError`` (before changing anything).
+    Fusion (:func:`conv_core.optimize_for_inference`) is undone too.
     """
     found = [(name, m) for name, m in model.named_modules()
              if parametrize.type_before_parametrizations(m) in _TO_TORCH]
@@ -131,6 +137,9 @@ def revert(model: nn.Module) -> nn.Module:
         if module.activation is not None or module.out_dtype is not None:
             raise ValueError(f"cannot revert {name or type(module).__name__}: torch's module has no "
                              f"activation={module.activation!r} / out_dtype={module.out_dtype!r}")
+    from .fuse import unfuse  # fuse imports this module
+
+    unfuse(model)
     for _, module in found:
         _swap_class(module, _TO_TORCH[parametrize.type_before_parametrizations(module)])
         for attribute in _EXTRA_ATTRIBUTES:

@@ -1,0 +1,441 @@
+"""``conv_core.optimize_for_inference`` / ``convert(fuse=True)``: conv -> batch norm -> activation as one call."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import conv_core
+from conv_core import fold
+from conv_core import nn as cnn
+
+ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "silu": nn.SiLU, "gelu": nn.GELU,
+               "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
+NORMS = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
+CONVS = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
+SPATIAL = {1: (11,), 2: (7, 6), 3: (5, 4, 6)}
+
+
+def randomize_norms(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Non-trivial running statistics and affine parameters for every batch norm (fresh ones are an identity)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) or type(m).__name__ == "FrozenBatchNorm2d":
+                for t in (m.running_mean, m.weight, m.bias):
+                    if t is not None:
+                        t.copy_(torch.randn(t.shape, generator=gen, dtype=t.dtype))
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen, dtype=m.running_var.dtype) + 0.3)
+    return model
+
+
+def pair(model: nn.Module, dtype=torch.float64, fuse=conv_core.optimize_for_inference):
+    """(reference, fused): the same model unfused and fused, both in eval mode."""
+    torch.manual_seed(1)
+    model = randomize_norms(model.to(dtype)).eval()
+    return copy.deepcopy(model), fuse(model)
+
+
+def count_calls(model: nn.Module, kinds: tuple[type, ...]) -> list:
+    """A list that grows by one for each call of a module of ``kinds`` (hooks registered after fusion)."""
+    calls = []
+    for m in model.modules():
+        if isinstance(m, kinds):
+            m.register_forward_hook(lambda mod, args, out: calls.append(type(mod).__name__))
+    return calls
+
+
+def fused_types(model: nn.Module) -> list[str]:
+    return [type(m).__name__ for m in model.modules() if conv_core.fuse.is_fused(m)]
+
+
+class Bottleneck(nn.Module):
+    """torchvision's ResNet Bottleneck, as written there: attributes, and one ReLU called three times."""
+
+    def __init__(self, channels: int, width: int, stride: int = 1, groups: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, groups=groups, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, channels, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = None if stride == 1 else nn.Sequential(nn.Conv2d(channels, channels, 1, stride, bias=False),
+                                                                 nn.BatchNorm2d(channels))
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class TinyResNet(nn.Module):
+    """A stem by attributes, then Bottlenecks in a Sequential, then a head: ResNet's shape, small."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = nn.Sequential(Bottleneck(8, 4), Bottleneck(8, 4, stride=2, groups=2))
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = self.layer1(self.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(x.mean((2, 3), keepdim=True), 1))
+
+
+def images(dtype=torch.float64, batch=2, size=(9, 10)):
+    return torch.randn(batch, 3, *size, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_sequential_conv_bn_act_is_one_call(activation, dtype):
+    ref, fused = pair(nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), ACTIVATIONS[activation]()),
+                      dtype)
+    calls = count_calls(fused, (nn.BatchNorm2d, nn.ReLU, nn.ReLU6, nn.SiLU, nn.GELU, nn.Conv2d))
+    x = images(dtype)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert calls == []  # the three modules were not called: one conv-core call did their work
+    assert fused_types(fused) == ["FusedSequential"]
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+@pytest.mark.parametrize("bias, groups, padding_mode", [(False, 1, "zeros"), (True, 3, "reflect"),
+                                                         (False, 6, "circular")])
+def test_conv_without_bias_groups_and_padding_modes(ndim, bias, groups, padding_mode):
+    conv = CONVS[ndim](6, 12, 3, padding=1, bias=bias, groups=groups, padding_mode=padding_mode)
+    ref, fused = pair(nn.Sequential(conv, NORMS[ndim](12), nn.SiLU()))
+    x = torch.randn(2, 6, *SPATIAL[ndim], dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert fused_types(fused) == ["FusedSequential"]
+
+
+def test_bottleneck_fuses_only_what_the_graph_proves():
+    ref, fused = pair(TinyResNet())
+    calls = count_calls(fused, (nn.BatchNorm2d, nn.ReLU))
+    x = images()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    # unfused: 1 + 3 + 4 batch norms and 1 + 3 + 3 ReLU calls; fused: none but the ReLU after each residual add
+    assert calls == ["ReLU", "ReLU"]
+    assert sorted(fused_types(fused)) == ["FusedSequential", "FusedTinyResNet"]  # the downsample and the model
+
+
+def test_bottleneck_alone_keeps_its_shared_relu_for_the_residual():
+    ref, fused = pair(Bottleneck(8, 4))
+    calls = count_calls(fused, (nn.BatchNorm2d, nn.ReLU))
+    x = torch.randn(2, 8, 6, 5, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert calls == ["ReLU"]
+
+
+class FunctionalActivation(nn.Module):
+    """Attribute convolution and batch norm, then an activation written as a function or a tensor method."""
+
+    def __init__(self, activation):
+        super().__init__()
+        self.conv, self.bn, self.activation = nn.Conv2d(3, 4, 3, stride=2), nn.BatchNorm2d(4), activation
+
+    def forward(self, x):
+        return self.activation(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("activation", [
+    lambda t: nn.functional.gelu(t, approximate="tanh"), nn.functional.gelu, torch.relu, lambda t: t.relu(),
+    lambda t: nn.functional.relu(t, inplace=True), nn.functional.relu6, nn.functional.silu,
+])
+def test_graph_fuses_activation_functions(activation):
+    ref, fused = pair(FunctionalActivation(activation))
+    calls = count_calls(fused, (nn.BatchNorm2d,))
+    x = images()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert calls == []
+    # the fused forward looks up the two modules and makes one call: no activation function is left
+    assert set(fused._conv_core_fusion.forward.__code__.co_names) == {"conv", "bn", "conv_core_fold_conv_bn_act"}
+
+
+class ReusedInput(nn.Module):
+    """The convolution's output goes to the batch norm and to the sum: the batch norm cannot be folded."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.relu = nn.Conv2d(3, 3, 3, padding=1), nn.BatchNorm2d(3), nn.ReLU()
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.relu(self.bn(y)) + y
+
+
+class ReusedNormOutput(nn.Module):
+    """The batch norm's output goes to the ReLU and to the sum: conv + bn fold, the ReLU stays a call."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.relu = nn.Conv2d(3, 3, 3, padding=1), nn.BatchNorm2d(3), nn.ReLU()
+
+    def forward(self, x):
+        z = self.bn(self.conv(x))
+        return nn.functional.relu(z) + self.relu(z)
+
+
+class NormFirst(nn.Module):
+    """A batch norm that follows no convolution, and a convolution -> activation -> batch norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn0 = nn.BatchNorm2d(3)
+        self.block = nn.Sequential(nn.BatchNorm2d(3), nn.Conv2d(3, 4, 1), nn.ReLU6(), nn.BatchNorm2d(4))
+
+    def forward(self, x):
+        return self.block(self.bn0(x))
+
+
+@pytest.mark.parametrize("model, bn_calls, act_calls, fused", [
+    (ReusedInput, 1, 1, []),
+    (ReusedNormOutput, 0, 1, ["FusedReusedNormOutput"]),
+    (NormFirst, 3, 0, ["FusedSequential"]),  # only conv -> ReLU6 fuses
+])
+def test_chains_that_others_see_are_not_fused(model, bn_calls, act_calls, fused):
+    ref, mine = pair(model())
+    calls = count_calls(mine, (nn.BatchNorm2d, nn.ReLU, nn.ReLU6))
+    x = torch.randn(2, 3, 5, 6, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(mine(x), ref(x))
+    assert calls.count("BatchNorm2d") == bn_calls
+    assert len(calls) - bn_calls == act_calls
+    assert fused_types(mine) == fused
+
+
+def test_train_after_eval_runs_the_real_batch_norm_and_updates_its_statistics():
+    ref, fused = pair(TinyResNet())
+    x = images()
+    with torch.no_grad():
+        fused(x)  # a fold is cached now
+    before = fused.bn1.running_mean.clone()
+    ref.train(), fused.train()
+    calls = count_calls(fused, (nn.BatchNorm2d,))
+    torch.testing.assert_close(fused(x), ref(x))
+    assert len(calls) == 8
+    for (name, a), b in zip(ref.named_buffers(), fused.buffers()):
+        torch.testing.assert_close(b, a, msg=name)
+    assert not torch.equal(fused.bn1.running_mean, before)  # they did move
+    ref.eval(), fused.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))  # the new statistics, not the cached fold
+
+
+def test_a_batch_norm_left_in_training_mode_is_not_folded():
+    ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()))
+    ref[1].train(), fused[1].train()
+    x = images()
+    torch.testing.assert_close(fused(x), ref(x))
+    torch.testing.assert_close(fused[1].running_var, ref[1].running_var)
+
+
+def test_changed_weights_and_statistics_are_seen_after_a_first_call(monkeypatch):
+    ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GELU()))
+    folds = []
+    real_fold = fold.fold
+    monkeypatch.setattr(fold, "fold", lambda *a: folds.append(1) or real_fold(*a))
+    x = images()
+    with torch.no_grad():
+        for model in (ref, fused):
+            model(x)
+        fused(x)
+        assert len(folds) == 1  # the second call was served from the cache
+        for model in (ref, fused):
+            model[0].weight.mul_(1.5)
+            model[1].running_var.add_(0.25)
+            model[1].bias.sub_(0.5)
+        torch.testing.assert_close(fused(x), ref(x))
+        assert len(folds) == 2
+        new_weight = torch.randn_like(ref[0].weight)
+        ref[0].weight = nn.Parameter(new_weight.clone())
+        fused[0].weight = nn.Parameter(new_weight.clone())  # a new tensor of the same version
+        torch.testing.assert_close(fused(x), ref(x))
+        fused.load_state_dict(ref.state_dict())
+        torch.testing.assert_close(fused(x), ref(x))
+    with torch.inference_mode():
+        torch.testing.assert_close(fused(x), ref(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gradients_in_eval_mode_reach_the_original_parameters(dtype):
+    ref, fused = pair(TinyResNet(), dtype)
+    x = images(dtype)
+    grads = []
+    for model in (ref, fused):
+        xg = x.clone().requires_grad_(True)
+        model(xg).square().sum().backward()
+        grads.append([xg.grad] + [p.grad for p in model.parameters()])
+    names = ["input"] + [name for name, _ in ref.named_parameters()]
+    for name, mine, expected in zip(names, grads[1], grads[0]):
+        assert mine is not None, name
+        torch.testing.assert_close(mine, expected, msg=name)
+
+
+def test_state_dict_parameters_and_optimizer_are_unchanged():
+    model = randomize_norms(TinyResNet().double()).eval()
+    keys, params = list(model.state_dict()), list(model.parameters())
+    ref = copy.deepcopy(model)
+    conv_core.optimize_for_inference(model)
+    assert list(model.state_dict()) == keys
+    assert all(a is b for a, b in zip(model.parameters(), params, strict=True))
+    x = images()
+    for m in (ref, model):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        m(x).sum().backward()  # eval mode, gradients through the fold
+        opt.step()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x))
+
+
+def test_convert_with_fuse_then_revert():
+    ref, fused = pair(TinyResNet(), fuse=lambda m: conv_core.convert(m, fuse=True))
+    assert all(type(m) is cnn.Conv2d for m in fused.modules() if isinstance(m, nn.Conv2d))
+    x = images()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+        conv_core.revert(fused)
+        assert fused_types(fused) == []
+        assert all(type(m) is nn.Conv2d for m in fused.modules() if isinstance(m, nn.Conv2d))
+        torch.testing.assert_close(fused(x), ref(x))
+
+
+def test_fusing_twice_is_fusing_once():
+    ref, fused = pair(TinyResNet())
+    conv_core.optimize_for_inference(fused)
+    x = images()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert sorted(fused_types(fused)) == ["FusedSequential", "FusedTinyResNet"]
+
+
+class Untraceable(nn.Module):
+    """Control flow on a value: fx cannot trace it; its Sequential still fuses by module pattern."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4)
+        self.seq = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU())
+        self.inner = Bottleneck(4, 2)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        return self.inner(self.seq(y)) if y.sum() > -1e9 else -y
+
+
+def test_an_untraceable_model_fuses_its_sequentials_and_traceable_children():
+    ref, fused = pair(Untraceable())
+    calls = count_calls(fused, (nn.BatchNorm2d,))
+    x = images().abs()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert len(calls) == 1  # self.bn: its data flow is not proven
+    assert sorted(fused_types(fused)) == ["FusedBottleneck", "FusedSequential"]
+
+
+class WithConstant(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.bn(self.conv(x)) * torch.tensor(2.0)  # a constant: fx would store it on the module
+
+
+def test_tracing_leaves_nothing_on_the_module():
+    model = WithConstant()
+    before = set(model.__dict__)
+    conv_core.optimize_for_inference(model)
+    assert set(model.__dict__) == before
+    assert fused_types(model) == []
+
+
+def test_modules_with_hooks_are_not_fused():
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.ReLU())
+    seen = []
+    model[1].register_forward_hook(lambda *args: seen.append(1))
+    ref, fused = pair(model)
+    x = images()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert len(seen) == 2  # the hook ran in both models
+    assert fused_types(fused) == []  # nor is the conv -> ReLU: the batch norm stands between them
+
+
+class FrozenBatchNorm2d(nn.Module):
+    """torchvision.ops.FrozenBatchNorm2d's contract (buffers only, eval arithmetic always)."""
+
+    __module__ = "torchvision.ops.misc"
+
+    def __init__(self, n: int, eps: float = 1e-5):
+        super().__init__()
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            self.register_buffer(name, torch.ones(n) if name in ("weight", "running_var") else torch.zeros(n))
+        self.eps = eps
+
+    def forward(self, x):
+        scale = self.weight * (self.running_var + self.eps).rsqrt()
+        return x * scale.reshape(1, -1, 1, 1) + (self.bias - self.running_mean * scale).reshape(1, -1, 1, 1)
+
+
+def test_torchvision_frozen_batch_norm_is_folded():
+    ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3), FrozenBatchNorm2d(4), nn.ReLU()))
+    calls = count_calls(fused, (FrozenBatchNorm2d,))
+    x = images()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert calls == []
+
+
+def test_compiles_whole_with_fullgraph():
+    ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), Bottleneck(4, 2)),
+                      torch.float32)
+    x = images(torch.float32, size=(6, 5))
+    torch._dynamo.reset()
+    compiled = torch.compile(fused, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), ref(x))
+        fused[1].running_mean.add_(1.0), ref[1].running_mean.add_(1.0)
+        torch.testing.assert_close(compiled(x), ref(x))
+
+
+class ModeBranch(nn.Module):
+    """Python control flow on ``self.training``: the trace must take the eval-mode branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = nn.functional.relu6(self.bn(self.conv(x)))
+        return y * 2 if self.training else y
+
+
+def test_fusing_a_model_in_training_mode_keeps_its_modes_and_traces_eval():
+    model = randomize_norms(ModeBranch().double())
+    ref = copy.deepcopy(model)
+    conv_core.optimize_for_inference(model)
+    assert all(m.training for m in model.modules())
+    x = images()
+    torch.testing.assert_close(model(x), ref(x))
+    ref.eval(), model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x))
+    assert fused_types(model) == ["FusedModeBranch"]
