@@ -7,6 +7,7 @@
     conv-core bench    --suite resnet50 [--batch 32 --layers 5 --direction all --csv f.csv --json f.json --png f.png]
     conv-core tune     --suite resnet50 [--db PATH --export PATH --backend NAME]
     conv-core check    [--backend NAME]
+    conv-core warmup   --model resnet50 | --suite resnet50 [--batch 32 --dtype bf16 --layout nhwc --train]
     conv-core info     [--json]
 
 Every subcommand is a small function over the library (:mod:`conv_core.explanation`,
@@ -221,6 +222,30 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_warmup(args: argparse.Namespace) -> int:
+    """Compile the kernels a model or a suite will run (each problem's first-ranked candidate, run once)."""
+    from . import warmup
+    from .arch import device_arch
+
+    device = parse_device(args.device)
+    options = dict(batch=args.batch, dtype=args.dtype, layout=args.layout, arch=device_arch(device))
+    try:
+        if args.model:
+            options["batch"] = args.batch or 32
+            problems = warmup.model_problems(args.model, image_size=args.image_size, fuse=args.fuse, **options)
+        else:
+            problems = warmup.suite_problems(args.suite, **options)
+    except ImportError as exc:
+        raise UsageError(f"--model needs torchvision ({exc})") from None
+    except (LookupError, ValueError) as exc:
+        raise UsageError(_message(exc)) from None
+    done = warmup.warmup(problems, device, directions=DIRECTIONS if args.train else ("fwd",))
+    print(format_table(("layer", "dir", "kernel", "s"), [(w.name, w.problem.direction, w.kernel_id, f"{w.seconds:.2f}")
+                                                       for w in done], align="lllr"))
+    print(f"\n{len(done)} problems warmed up in {sum(w.seconds for w in done):.1f} s")
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the conformance kit on each installed backend (or one); exit 1 on any failure.
 
@@ -426,6 +451,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export", metavar="PATH", help="also merge the entries into this table (for a backend to ship)")
     p.add_argument("--backend", help="tune only this backend's candidates")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("warmup", help="compile the kernels a model or a suite will run, before its first call")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="a torchvision model name, e.g. resnet50 (random weights; needs torchvision)")
+    which.add_argument("--suite", help="a named shape suite (see conv_core.suites)")
+    p.add_argument("--batch", type=int, help="batch size (default: 32 for a model, the suite's own for a suite)")
+    p.add_argument("--image-size", type=int, default=224, help="(--model) height and width of the images (224)")
+    p.add_argument("--dtype", type=parse_dtype, default="bfloat16", help="bf16 (default), fp16 or fp32")
+    p.add_argument("--layout", type=parse_layout, default="channels_last",
+                   help="nhwc/channels_last (default) or nchw/channels_first")
+    p.add_argument("--train", action="store_true", help="the backward problems too (data and weight gradients)")
+    p.add_argument("--fuse", action="store_true", help="(--model) convert as convert(model, fuse=True) does")
+    p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
+    p.set_defaults(func=cmd_warmup)
 
     p = sub.add_parser("check", help="run the conformance kit on the installed backends")
     p.add_argument("--backend", help="check only this backend")
