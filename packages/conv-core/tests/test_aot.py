@@ -24,6 +24,16 @@ def test_a_launch_is_specialized_argument_by_argument():
     assert attrs == {(0,): aot.DIVISIBLE, (2,): aot.DIVISIBLE}
 
 
+def test_unspecialized_integers_keep_their_type_alone():
+    """A kernel's ``do_not_specialize`` parameters: neither a constant for 1 nor divisible for 32 (as the JIT)."""
+    assert aot.scalar_argument(1, specialized=False) == ("i32", False)
+    assert aot.scalar_argument(32, specialized=False) == ("i32", False)
+    assert aot.scalar_argument(2**31, specialized=False) == ("i64", False)
+    signature, consts, attrs = aot.specialize(["M", "ONE", "K"], {}, {"M": 32, "ONE": 1, "K": 32}, {},
+                                              unspecialized={"M", "ONE"})
+    assert signature == {"M": "i32", "ONE": "i32", "K": "i32"} and consts == {} and attrs == {(2,): aot.DIVISIBLE}
+
+
 def test_ptxas_stats_reads_registers_spills_and_stack():
     log = ("ptxas info    : Used 168 registers, used 1 barriers, 16 bytes stack frame\n"
            "ptxas info    : 8 bytes spill stores, 12 bytes spill loads\n")

@@ -39,6 +39,9 @@ class _Kernel:
             return _Compiled(self)
         return jit
 
+    def warmup(self, **kwargs):
+        self.jit_calls.append(kwargs)
+
 
 class _Compiled:
     def __init__(self, kernel: _Kernel) -> None:
@@ -87,3 +90,36 @@ def test_cpu_tensors_and_the_debug_switch_always_go_through_the_jit(monkeypatch)
     for _ in range(2):
         site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
     assert len(kernel.jit_calls) == 4 and kernel.launches == []
+
+
+def test_arguments_are_built_on_each_launchs_tensor_on_both_paths():
+    """A descriptor parameter gets what its function builds on the call's tensor, through the JIT and straight to
+    the compiled kernel alike; the cache key still follows the tensor (its dtype and alignment)."""
+    kernel, built = _Kernel(), []
+
+    def describe(t: _Tensor) -> tuple:
+        built.append(t)
+        return ("descriptor of", t.address)
+
+    site = LaunchSite(kernel, (4, 2), ("x_ptr", "out_ptr"), dict(n=100, scale=3, BLOCK=64), dict(num_warps=4),
+                      arguments={"x_ptr": describe})
+    x, out = _Tensor(1024), _Tensor(2048)
+    site({"x_ptr": x, "out_ptr": out})
+    assert kernel.jit_calls[0]["x_ptr"] == ("descriptor of", 1024) and kernel.jit_calls[0]["out_ptr"] is out
+    x2 = _Tensor(4096)
+    site({"x_ptr": x2, "out_ptr": out})
+    assert len(kernel.jit_calls) == 1
+    assert kernel.launches == [((4, 2, 1), (("descriptor of", 4096), out, 100, 3, 64, True))]
+    site({"x_ptr": _Tensor(4096, torch.float16), "out_ptr": out})  # another dtype: another specialization
+    assert len(kernel.jit_calls) == 2 and built == [x, x2, built[2]] and built[2].dtype == torch.float16
+
+
+def test_warmup_compiles_through_the_jit_without_launching():
+    kernel = _Kernel()
+    site = LaunchSite(kernel, (4, 2), ("x_ptr", "out_ptr"), dict(n=100, scale=3, BLOCK=64), dict(num_warps=4),
+                      arguments={"x_ptr": lambda t: ("descriptor of", t.address)})
+    out = _Tensor(2048)
+    site.warmup({"x_ptr": _Tensor(1024), "out_ptr": out})
+    assert kernel.jit_calls == [dict(x_ptr=("descriptor of", 1024), out_ptr=out, n=100, scale=3, BLOCK=64,
+                                     num_warps=4, grid=(4, 2))]
+    assert kernel.launches == []

@@ -48,3 +48,12 @@ def test_inference_tensors_are_never_cached():
     cache.get(w, make)
     cache.get(w, make)
     assert len(calls) == 2 and len(cache) == 0
+
+
+def test_a_tuple_of_tensors_is_one_entry_counted_whole():
+    cache, w = DerivedWeightCache(), torch.randn(4, 3)
+    calls, parts = [], (torch.zeros(5), torch.zeros(2, 3))
+    first = cache.get(w, lambda: calls.append(1) or parts, form="phases")
+    assert cache.get(w, lambda: calls.append(1) or parts, form="phases") is first and len(calls) == 1
+    assert len(cache) == 1 and cache.nbytes == 11 * 4
+

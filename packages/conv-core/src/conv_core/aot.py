@@ -16,7 +16,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -24,21 +24,22 @@ from pathlib import Path
 DIVISIBLE = [["tt.divisibility", 16]]
 
 
-def scalar_argument(value: int) -> tuple[str, bool]:
+def scalar_argument(value: int, specialized: bool = True) -> tuple[str, bool]:
     """How Triton's JIT specializes an integer argument: ``("constexpr", False)`` for 1 (compiled in),
-    else its type (``i32``, or ``i64`` beyond 32 bits) and whether it is divisible by 16."""
-    if value == 1:
+    else its type (``i32``, or ``i64`` beyond 32 bits) and whether it is divisible by 16. A parameter the
+    kernel lists in ``do_not_specialize`` (``specialized=False``) keeps its type and nothing else."""
+    if value == 1 and specialized:
         return "constexpr", False
-    return ("i32" if -(2**31) <= value < 2**31 else "i64"), value % 16 == 0
+    return ("i32" if -(2**31) <= value < 2**31 else "i64"), specialized and value % 16 == 0
 
 
 def specialize(arg_names, pointers: dict[str, tuple[str, bool]], scalars: dict[str, int],
-               constexprs: dict[str, object]) -> tuple[dict, dict, dict]:
+               constexprs: dict[str, object], unspecialized: Collection[str] = ()) -> tuple[dict, dict, dict]:
     """``(signature, constexprs, attrs)`` for ``triton.compile(ASTSource(...))``, as Triton's JIT specializes a
     launch of a kernel with parameters ``arg_names``: ``pointers`` maps the pointer and descriptor arguments to
     their type string and whether they get the divisibility attribute (16-byte aligned, as torch allocates);
-    integer ``scalars`` are specialized by :func:`scalar_argument`; every other parameter is a constexpr of
-    ``constexprs``."""
+    integer ``scalars`` are specialized by :func:`scalar_argument`, but for the names in ``unspecialized``
+    (the kernel's ``do_not_specialize``); every other parameter is a constexpr of ``constexprs``."""
     signature, consts, attrs = {}, {}, {}
     for index, name in enumerate(arg_names):
         if name in pointers:
@@ -46,7 +47,7 @@ def specialize(arg_names, pointers: dict[str, tuple[str, bool]], scalars: dict[s
             if aligned:
                 attrs[(index,)] = DIVISIBLE
         elif name in scalars:
-            signature[name], divisible = scalar_argument(scalars[name])
+            signature[name], divisible = scalar_argument(scalars[name], name not in unspecialized)
             if signature[name] == "constexpr":
                 consts[name] = scalars[name]
             elif divisible:

@@ -9,6 +9,11 @@ alignment and device: :class:`LaunchSite` keys the compiled kernel on those, goe
 key (which compiles, or finds the kernel in its own cache) and then calls the compiled kernel's launcher
 directly, with the current stream (so CUDA graph capture sees the same launch) and Triton's launch hooks.
 
+A parameter may take something built on a tensor rather than the tensor (a TMA descriptor, whose
+specialization depends on the tensor's dtype alone once its box is fixed): ``arguments`` maps its name to the
+function that builds it, called per launch on that launch's tensor, on either path. It must be cheap: it runs
+on every call.
+
 Nothing here imports Triton: the kernel object is the backend's. Off CUDA (the interpreter) and with
 ``CONV_CORE_JIT_LAUNCH=1`` every launch goes through the JIT.
 """
@@ -18,7 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -33,17 +38,22 @@ def jit_only() -> bool:
 
 class LaunchSite:
     """Launches ``kernel[grid]`` with the tensors named ``pointers`` bound per call and ``values`` (the
-    scalars and constexprs) and ``options`` (``num_warps``, ``num_stages``) fixed."""
+    scalars and constexprs) and ``options`` (``num_warps``, ``num_stages``) fixed; the parameters named in
+    ``arguments`` get what their function builds on their tensor (see the module's docstring)."""
 
     def __init__(self, kernel, grid: tuple[int, ...], pointers: tuple[str, ...], values: Mapping[str, object],
-                 options: Mapping[str, object]) -> None:
+                 options: Mapping[str, object],
+                 arguments: Mapping[str, Callable[[torch.Tensor], object]] | None = None) -> None:
         self.kernel, self.grid, self.pointers = kernel, grid, pointers
         self.values, self.options = dict(values), dict(options)
+        self.arguments = dict(arguments or {})
         self._runners: dict[tuple, object] = {}
 
     def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Launch with ``tensors`` (one per name of ``pointers``) on the current device and stream."""
         bound = [tensors[name] for name in self.pointers]
+        if self.arguments:
+            tensors = {**tensors, **{name: build(tensors[name]) for name, build in self.arguments.items()}}
         if bound[0].device.type != "cuda" or jit_only():
             self._through_jit(tensors)
             return
@@ -54,15 +64,26 @@ class LaunchSite:
             compiled = self._through_jit(tensors)
             self._runners[key] = compiled[(*self.grid, 1, 1)[:3]]  # the launcher reads three grid sizes
             return
-        runner(*(tensors[name] if is_pointer else value for is_pointer, name, value in self._arguments))
+        template, slots = self._arguments
+        args = template.copy()
+        for index, name in slots:
+            args[index] = tensors[name]
+        runner(*args)
 
-    def _through_jit(self, tensors: Mapping[str, torch.Tensor]):
+    def warmup(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Compile for tensors like ``tensors`` without launching (Triton's ``warmup``): a later launch finds the
+        kernel in the JIT's cache (and in Triton's on-disk cache, for other processes)."""
+        converted = {**tensors, **{name: build(tensors[name]) for name, build in self.arguments.items()}}
+        self.kernel.warmup(**converted, **self.values, **self.options, grid=self.grid)
+
+    def _through_jit(self, tensors: Mapping[str, object]):
         return self.kernel[self.grid](**tensors, **self.values, **self.options)
 
     @functools.cached_property
-    def _arguments(self) -> tuple[tuple[bool, str, object], ...]:
-        """``(is_pointer, name, value)`` for each kernel parameter in order (defaults filled in), as the
-        compiled kernel's launcher takes them."""
-        parameters = inspect.signature(self.kernel.fn).parameters
-        return tuple((name in self.pointers, name, self.values.get(name, parameters[name].default))
-                     for name in parameters)
+    def _arguments(self) -> tuple[list[object], tuple[tuple[int, str], ...]]:
+        """The compiled kernel's launcher arguments, every kernel parameter in order (defaults filled in), with
+        the tensors' places left to fill: ``(values, ((index, name) of each tensor parameter))``."""
+        parameters = list(inspect.signature(self.kernel.fn).parameters.items())
+        template = [self.values.get(name, parameter.default) for name, parameter in parameters]
+        slots = tuple((index, name) for index, (name, _) in enumerate(parameters) if name in self.pointers)
+        return template, slots

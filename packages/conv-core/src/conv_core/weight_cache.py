@@ -16,6 +16,9 @@ keeps one per weight and form, and never serves a stale one:
 - it is bounded in entries and bytes: least recently used first out; entries of freed weights and older
   versions of the same weight and form are dropped on insertion (a version never comes back).
 
+A derivation may give several tensors at once (a tuple: one per launch of a candidate), cached as one entry.
+A hit costs a few microseconds of host time: it is on every call's path.
+
 Writes that bypass the version counter (``tensor.data``, other libraries) are not seen, as for autograd.
 """
 
@@ -24,11 +27,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .timing import is_capturing
+
+#: What a derivation gives: a tensor, or a tuple of tensors.
+Derived = TypeVar("Derived", torch.Tensor, tuple[torch.Tensor, ...])
 
 
 class DerivedWeightCache:
@@ -36,7 +43,8 @@ class DerivedWeightCache:
 
     def __init__(self, max_entries: int = 64, max_bytes: int = 1 << 30) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
-        self._entries: OrderedDict[tuple, tuple[StorageWeakRef, torch.Tensor]] = OrderedDict()
+        self._entries: OrderedDict[tuple, tuple[StorageWeakRef, torch.Tensor | tuple[torch.Tensor, ...]]] = \
+            OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = self.misses = 0
@@ -44,8 +52,7 @@ class DerivedWeightCache:
     @staticmethod
     def key(w: torch.Tensor, form: Hashable = None) -> tuple:
         """The entry's key; the version comes last (entries equal but for it are older versions)."""
-        return (w.device.type, w.device.index, w.data_ptr(), tuple(w.shape), tuple(w.stride()), w.dtype, form,
-                w._version)
+        return w.device, w.data_ptr(), w.shape, w.stride(), w.dtype, form, w._version
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -59,19 +66,21 @@ class DerivedWeightCache:
             self._entries.clear()
             self._bytes = 0
 
-    def get(self, w: torch.Tensor, make: Callable[[], torch.Tensor], form: Hashable = None) -> torch.Tensor:
-        """The tensor ``make()`` derives from ``w`` in ``form``: the cached one, or a new one (then cached)."""
+    def get(self, w: torch.Tensor, make: Callable[[], Derived], form: Hashable = None) -> Derived:
+        """What ``make()`` derives from ``w`` in ``form`` (a tensor or a tuple of tensors): the cached value, or a
+        new one (then cached)."""
         if w.is_inference() or is_capturing(w.device):
             return make()
-        key, ref = self.key(w, form), StorageWeakRef(w.untyped_storage())
+        key, storage = self.key(w, form), w.untyped_storage()
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None and not entry[0].expired() and entry[0] == ref:
+            # a living weak reference pins its storage's address: equal addresses are the same storage
+            if entry is not None and not entry[0].expired() and entry[0].cdata == storage._cdata:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return entry[1]
         value = make()
-        size = value.numel() * value.element_size()
+        ref, size = StorageWeakRef(storage), _nbytes(value)
         with self._lock:
             self.misses += 1
             for stale in [k for k, (r, _) in self._entries.items() if r.expired() or k[:-1] == key[:-1]]:
@@ -85,4 +94,9 @@ class DerivedWeightCache:
 
     def _drop(self, key: tuple) -> int:
         _, value = self._entries.pop(key)
-        return value.numel() * value.element_size()
+        return _nbytes(value)
+
+
+def _nbytes(value: torch.Tensor | tuple[torch.Tensor, ...]) -> int:
+    tensors = value if isinstance(value, tuple) else (value,)
+    return sum(t.numel() * t.element_size() for t in tensors)
