@@ -165,9 +165,15 @@ class Engine:
         return self.execute(self.ranking(problem, device, backend), operands, out)
 
     def execute(self, ranking: Ranking, operands: tuple, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the first candidate of ``ranking`` that does not raise (see the module's text on faults)."""
+        """Run the first candidate of ``ranking`` that does not raise (see the module's text on faults).
+
+        While a CUDA graph is captured, the first candidate tagged ``cuda_graph_safe`` runs instead (a
+        capture records one launch sequence and replays it; a candidate that copies from the host or
+        allocates per call would break the capture).
+        """
+        capturing = operands[0].is_cuda and torch.cuda.is_current_stream_capturing()
         while True:
-            best: Ranked = ranking.ranked[0]
+            best: Ranked = _capture_safe(ranking.ranked) if capturing else ranking.ranked[0]
             try:
                 return best.candidate.run(*operands, out=out)
             except Exception as exc:
@@ -181,11 +187,11 @@ class Engine:
         if plugin is not None:
             plugin.record_failure(f"run of {failed.kernel_id} on {ranking.problem.key}", exc)
         with self._lock:
-            if ranking.ranked[0] is not failed:  # another thread dropped it already
+            if not any(r is failed for r in ranking.ranked):  # another thread dropped it already
                 return True
             if len(ranking.ranked) == 1:
                 return False
-            ranking.ranked.pop(0)
+            ranking.ranked.remove(failed)
             ranking.excluded.append((failed.kernel_id, f"failed when run: {type(exc).__name__}: {exc}"))
             return True
 
@@ -195,6 +201,11 @@ class Engine:
             self._rankings.clear()
             self._timings.clear()
             self.calls.clear()
+
+
+def _capture_safe(ranked: list[Ranked]) -> Ranked:
+    """The first candidate that may be captured in a CUDA graph (the first of all if none says so)."""
+    return next((r for r in ranked if "cuda_graph_safe" in r.candidate.tags), ranked[0])
 
 
 _engine: Engine | None = None

@@ -87,27 +87,40 @@ class _Activated:
 
     def __init__(self, route: Route, activation: str) -> None:
         self.route, self.activation = route, activations.ACTIVATIONS[activation]
-        self.direct = route.direct
+        self.direct = True  # autograd is the inner route's and PyTorch's: never wrapped again
 
-    def apply(self, input, weight, bias):
+    def run(self, input, weight, bias):
         inner = self.route
         y = inner.run(input, weight, bias) if inner.direct else _ConvFunction.apply(input, weight, bias, inner)
         return self.activation(y)
 
 
-def _convolution(ndim: int, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype,
+#: The hot path's checks, bound once (each is a C function; attribute lookups cost as much as the call).
+_compiling = torch.compiler.is_compiling
+_grad_enabled = torch._C.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
+_deterministic = torch._C._get_deterministic_algorithms
+
+
+def convolution(ndim: int, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype,
                  backend) -> torch.Tensor:
-    if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
-        raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and {type(weight).__name__}")
-    if torch.compiler.is_compiling():
+    """Every eager call: the cheapest checks that pin its route, one dictionary lookup, the route."""
+    if _compiling():
         return ops.traced_call(ndim, input, weight, bias, stride, padding, dilation, groups, activation,
                                out_dtype, backend)
-    input, weight, bias = autocast_operands(input, weight, bias)
-    needs_grad = torch.is_grad_enabled() and (
-        input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
-    key = (ndim, stride, padding, dilation, groups, activation, out_dtype, backend, needs_grad,
-           input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype,
-           None if bias is None else bias.dtype, torch.are_deterministic_algorithms_enabled())
+    if _any_autocast():
+        input, weight, bias = autocast_operands(input, weight, bias)
+    try:
+        needs_grad = _grad_enabled() and (
+            input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+        # The bias's dtype is checked when a route is made; a later change reaches F.conv*d, which refuses it,
+        # or an engine route, which casts it.
+        key = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype, bias is None,
+               needs_grad, _deterministic(), ndim, stride, padding, dilation, groups, activation, out_dtype,
+               backend)
+    except AttributeError:
+        raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and "
+                        f"{type(weight).__name__}") from None
     calls = get_engine().calls
     try:
         route = calls.get(key)
@@ -118,15 +131,13 @@ def _convolution(ndim: int, input, weight, bias, stride, padding, dilation, grou
         if input.numel() == 0 or weight.numel() == 0:
             return _empty_call(ndim, input, weight, bias, stride, padding, dilation, groups, activation,
                                out_dtype)
-        if isinstance(input, torch.Tensor) and input.dim() == ndim + 1:
-            return _convolution(ndim, input.unsqueeze(0), weight, bias, stride, padding, dilation, groups,
+        if input.dim() == ndim + 1:
+            return convolution(ndim, input.unsqueeze(0), weight, bias, stride, padding, dilation, groups,
                                 activation, out_dtype, backend).squeeze(0)
         route, keep = _new_route(ndim, input, weight, bias, stride, padding, dilation, groups, activation,
                                  out_dtype, backend, needs_grad)
         if keep:
             calls[key] = route
-    if type(route) is _Activated:
-        return route.apply(input, weight, bias)
     if needs_grad and not route.direct:
         return _ConvFunction.apply(input, weight, bias, route)
     return route.run(input, weight, bias)
@@ -142,16 +153,16 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     backend with no backward kernels leaves the gradients to the best other).
     ``padding`` also accepts explicit ``(left, right)`` pairs per dimension.
     """
-    return _convolution(1, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend)
+    return convolution(1, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend)
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, activation=None, out_dtype=None,
            backend=None) -> torch.Tensor:
     """``torch.nn.functional.conv2d`` through the best installed backend (see :func:`conv1d`)."""
-    return _convolution(2, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend)
+    return convolution(2, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend)
 
 
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, activation=None, out_dtype=None,
            backend=None) -> torch.Tensor:
     """``torch.nn.functional.conv3d`` through the best installed backend (see :func:`conv1d`)."""
-    return _convolution(3, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend)
+    return convolution(3, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend)

@@ -37,7 +37,7 @@ class _ConvCoreMixin:
     activation: str | None = None
     out_dtype: torch.dtype | str | None = None
     backend: str | None = None
-    _core_conv = None  # the conv_core.functional function, set per subclass
+    _ndim = 0  # spatial dimensions, set per subclass
 
     def __init__(self, *args, activation: str | None = None, out_dtype: torch.dtype | str | None = None,
                  backend: str | None = None, **kwargs) -> None:
@@ -52,8 +52,9 @@ class _ConvCoreMixin:
             # torch's own rule: pad with the mode explicitly, then convolve without padding.
             input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
             padding = 0
-        return self._core_conv(input, weight, bias, self.stride, padding, self.dilation, self.groups,
-                               activation=self.activation, out_dtype=self.out_dtype, backend=self.backend)
+        # functional's entry itself, not conv2d's wrapper: one Python frame less on every call
+        return functional.convolution(self._ndim, input, weight, bias, self.stride, padding, self.dilation,
+                                      self.groups, self.activation, self.out_dtype, self.backend)
 
     def extra_repr(self) -> str:
         text = super().extra_repr()
@@ -67,19 +68,19 @@ class _ConvCoreMixin:
 class Conv1d(_ConvCoreMixin, nn.Conv1d):
     """``torch.nn.Conv1d`` through conv-core; extra keyword-only ``activation``, ``out_dtype``, ``backend``."""
 
-    _core_conv = staticmethod(functional.conv1d)
+    _ndim = 1
 
 
 class Conv2d(_ConvCoreMixin, nn.Conv2d):
     """``torch.nn.Conv2d`` through conv-core; extra keyword-only ``activation``, ``out_dtype``, ``backend``."""
 
-    _core_conv = staticmethod(functional.conv2d)
+    _ndim = 2
 
 
 class Conv3d(_ConvCoreMixin, nn.Conv3d):
     """``torch.nn.Conv3d`` through conv-core; extra keyword-only ``activation``, ``out_dtype``, ``backend``."""
 
-    _core_conv = staticmethod(functional.conv3d)
+    _ndim = 3
 
 
 #: torch class -> conv-core class. Exact types only: a subclass of ``nn.Conv2d``

@@ -34,7 +34,8 @@ _warned_fallbacks: set[tuple[str, str]] = set()
 class Route:
     """What the engine decided for one call signature: the problem, its rankings, and how to feed it."""
 
-    __slots__ = ("args", "problem", "ranking", "backward", "layout", "bias_dtype", "direct", "conv", "padding")
+    __slots__ = ("args", "problem", "ranking", "backward", "layout", "bias_dtype", "direct", "conv", "conv_args",
+                 "activation")
 
     def __init__(self, args: ConvArgs, problem: ConvProblem, ranking: Ranking,
                  backward: dict[str, Ranking]) -> None:
@@ -46,18 +47,26 @@ class Route:
         self.direct = (padding is not None and problem.out_dtype == problem.dtype
                        and all("direct" in r.best.candidate.tags for r in rankings))
         self.conv = CONV[args.ndim]
-        self.padding = padding
+        self.conv_args = (_compact(args.stride), _compact(padding), _compact(args.dilation), args.groups)
+        self.activation = activations.ACTIVATIONS[args.activation] if args.activation else None
 
     def run(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """The forward convolution with its epilogue (autograd only on the direct route)."""
         if self.direct:
-            a = self.args
-            y = self.conv(x, w, bias, a.stride, self.padding, a.dilation, a.groups)
-            return y if a.activation is None else activations.ACTIVATIONS[a.activation](y)
+            y = self.conv(x, w, bias, *self.conv_args)
+            return y if self.activation is None else self.activation(y)
         if bias is not None and (bias.dtype is not self.bias_dtype or not bias.is_contiguous()):
             bias = bias.to(self.bias_dtype).contiguous()
         operands = (to_layout(x, self.layout), to_layout(w, self.layout), bias)
         return get_engine().execute(self.ranking, operands)
+
+
+def _compact(values: tuple[int, ...] | None):
+    """One int for equal values per dimension: ``F.conv*d`` parses an int several microseconds faster than
+    a tuple, and this is on every call's path."""
+    if values is None or len(set(values)) != 1:
+        return values
+    return values[0]
 
 
 def rank_direction(problem: ConvProblem, device: torch.device, backend: str | None, may_time: bool) -> Ranking:
