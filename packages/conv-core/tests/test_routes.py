@@ -262,3 +262,13 @@ def test_compiled_model_runs_a_proven_plugin_kernel_as_an_opaque_op(monkeypatch)
     assert "conv_core.convolution.default" in targets  # conv1: the plugin kernel
     assert "aten.convolution.default" in targets  # conv2: Inductor's
     assert "fwd" in backend.runs
+
+
+def test_a_fused_epilogue_is_ranked_on_the_bare_problems_measured_times(monkeypatch):
+    engine = use_backends(monkeypatch, counting=Counting())
+    x, w, b = tensors()
+    bare = ConvProblem.from_tensors(x, w, None, padding=1)
+    prove_faster(engine, [bare], ["counting:k:c"])
+    fused = ConvProblem.from_tensors(x, w, b, padding=1, activation="relu")
+    best = engine.ranking(fused, x.device).best
+    assert (best.kernel_id, best.source) == ("counting:k:c", "tuning-db (no epilogue)")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from .candidate import Candidate, Declined
 from .problem import ConvProblem
-from .tuning import Timings
+from .tuning import Timing, Timings
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,20 @@ def is_measured(source: str) -> bool:
     return source.startswith(MEASURED)
 
 
+def measured_time(timings: Timings, problem: ConvProblem, kernel_id: str):
+    """The measured time of ``kernel_id`` on ``problem``, or on the same problem without its epilogue.
+
+    Tables are measured without bias and activation; a fused epilogue adds one pass over the output at
+    most to every candidate (aten's more, since it applies the activation apart), so the bare problem's
+    times rank a fused problem's candidates too (source marked ``(no epilogue)``).
+    """
+    found = timings.get(problem.key, kernel_id)
+    if found is not None or not (problem.bias or problem.activation):
+        return found
+    bare = timings.get(problem.replace(bias=False, activation=None).key, kernel_id)
+    return bare if bare is None else Timing(bare.us, bare.status, f"{bare.source} (no epilogue)")
+
+
 def nondeterministic(candidate: Candidate) -> bool:
     """Whether ``candidate`` may give different bits between runs (it accumulates with atomics)."""
     return "atomics" in candidate.tags
@@ -93,7 +107,7 @@ def rank(problem: ConvProblem, candidates: list[Candidate], declined: list[Decli
         if deterministic_mode and nondeterministic(c):
             excluded.append((c.kernel_id, "non-deterministic (atomics) while torch.use_deterministic_algorithms is on"))
             continue
-        measured = timings.get(problem.key, c.kernel_id)
+        measured = measured_time(timings, problem, c.kernel_id)
         if measured is not None and measured.status != "ok":
             excluded.append((c.kernel_id, f"measured as {measured.status} ({measured.source})"))
         elif measured is not None:
@@ -102,6 +116,7 @@ def rank(problem: ConvProblem, candidates: list[Candidate], declined: list[Decli
             ranked.append(Ranked(c, benchmarked[c.kernel_id], "benchmark"))
         else:
             ranked.append(Ranked(c, c.estimate_us, "estimate"))
+
     def demoted(r: Ranked) -> bool:
         return "experimental" in r.candidate.tags or (not allow_nondeterministic and nondeterministic(r.candidate))
 
