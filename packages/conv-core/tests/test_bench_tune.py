@@ -235,10 +235,12 @@ def test_tune_merges_into_the_database_and_exports(tmp_path):
     assert not (tmp_path / "tuning.json").exists()  # an explicit db_path leaves the default alone
 
 
-def test_tune_one_backend_only(monkeypatch, tmp_path):
-    use_backends(monkeypatch, wrong=wrong_backend())
+def test_tune_one_backend_and_aten_beside_it(monkeypatch, tmp_path):
+    """One backend's candidates, plus aten's measured times to rank them against; no other backend's."""
+    use_backends(monkeypatch, wrong=wrong_backend(), raising=raising_backend())
     entries = run_tune([("conv1", TINY)], CPU, reps=1, warmup=0, backend="wrong", progress=False)
-    assert [(e.kernel, e.status) for e in entries] == [("wrong:k:c", "broken")]
+    assert [(e.kernel, e.status) for e in entries] == [("aten:native:default", "ok"), ("wrong:k:c", "broken")]
+    assert entries[0].us > 0
 
 
 def test_bench_skips_candidates_tuned_as_broken(monkeypatch):

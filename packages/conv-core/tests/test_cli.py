@@ -88,6 +88,14 @@ def test_explain_shape_and_key(capsys):
     assert json.loads(out)["problem"] == key
 
 
+def test_explain_an_unknown_backend_exits_2_naming_the_loaded_ones(capsys, monkeypatch):
+    use_backends(monkeypatch, wrong=wrong_backend(), noinfo=NoInfo())
+    code, out, err = run(capsys, "explain", "--shape", SHAPE, *FP32, "--backend", "nosuch")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "no backend named 'nosuch'; loaded: aten, wrong; failed to load: noinfo" in err
+    assert run(capsys, "explain", "--shape", SHAPE, *FP32, "--backend", "wrong")[0] == 0
+
+
 @pytest.mark.parametrize("argv, message", [
     (["explain", "--shape", "n2 c4 q9"], "cannot read 'q9'"),
     (["explain", "--shape", "c4 k8 i6x6"], "lacks f"),
@@ -167,6 +175,28 @@ def test_tune_records_a_broken_candidate_and_exports(capsys, tmp_path, monkeypat
                        "--db", str(tmp_path / "db.json"), "--export", str(table))
     assert code == 0 and "broken" in out and "MISMATCH" in out and "(1 broken)" in out
     assert {e.kernel: e.status for e in read_entries(table)} == {"aten:native:default": "ok", "wrong:k:c": "broken"}
+
+
+def test_tune_one_backend_times_aten_too(capsys, tmp_path, monkeypatch):
+    """Like with like: the backend's measured times are stored beside aten's measured times, not its estimate."""
+    use_backends(monkeypatch, wrong=wrong_backend())
+    db = tmp_path / "db.json"
+    code, out, _ = run(capsys, "tune", "--shape", SHAPE, *FP32, "--reps", "1", "--warmup", "0", "--backend", "wrong",
+                       "--db", str(db))
+    assert code == 0 and "aten:native:default" in out and "wrong:k:c" in out
+    entries = {e.kernel: e for e in read_entries(db)}
+    assert set(entries) == {"aten:native:default", "wrong:k:c"}
+    assert entries["aten:native:default"].status == "ok" and entries["aten:native:default"].us > 0
+    assert entries["wrong:k:c"].status == "broken"
+    code, _, err = run(capsys, "tune", "--shape", SHAPE, *FP32, "--backend", "nosuch", "--db", str(db))
+    assert code == 2 and "no backend named 'nosuch'" in err
+
+
+def test_tune_aten_alone_is_not_doubled(capsys, tmp_path):
+    db = tmp_path / "db.json"
+    assert run(capsys, "tune", "--shape", SHAPE, *FP32, "--reps", "1", "--warmup", "0", "--backend", "aten",
+               "--db", str(db))[0] == 0
+    assert [e.kernel for e in read_entries(db)] == ["aten:native:default"]
 
 
 # ---- check ---------------------------------------------------------------------------------------------

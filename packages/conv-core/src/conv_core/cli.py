@@ -5,6 +5,7 @@
     conv-core backends [--json]
     conv-core explain  --shape "n32 c64 k64 i56x56 f3x3 s1 p1" [--dtype bf16 --layout nhwc ...] [--json]
     conv-core bench    --suite resnet50 [--batch 32 --layers 5 --direction all --csv f.csv --json f.json --png f.png]
+    conv-core bench    --model resnet50 [--modes eager,train --json f.json] | --host | --holdout | --report a.json ...
     conv-core tune     --suite resnet50 [--db PATH --export PATH --backend NAME]
     conv-core check    [--backend NAME]
     conv-core warmup   --model resnet50 | --suite resnet50 [--batch 32 --dtype bf16 --layout nhwc --train]
@@ -20,13 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
 import torch
 
@@ -114,6 +110,19 @@ def select_problems(args: argparse.Namespace, device: torch.device) -> list[tupl
         raise UsageError(_message(exc)) from None
 
 
+def require_backend(name: str | None) -> None:
+    """A usage error naming ``name`` and the backends there are, unless it is one of them (or None)."""
+    from .engine import get_engine
+
+    backends = get_engine().registry.backends()
+    if name is None or name in [b.name for b in backends]:
+        return
+    loaded = [b.name for b in backends if b.ok]
+    failed = [b.name for b in backends if not b.ok]
+    raise UsageError(f"no backend named {name!r}; loaded: {', '.join(loaded) or 'none'}"
+                     + (f"; failed to load: {', '.join(failed)}" if failed else ""))
+
+
 def _with_epilogue(problem: ConvProblem, bias: bool, activation: str | None) -> ConvProblem:
     """Add the epilogue options given on the command line (never remove a suite's own)."""
     changes = {}
@@ -163,6 +172,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from .explanation import explain
 
     device = parse_device(args.device)
+    require_backend(args.backend)
     problems = select_problems(args, device)
     if len(problems) != 1:
         raise UsageError("explain takes one problem: give --direction fwd, bwd_data or bwd_weight, not all")
@@ -172,8 +182,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Time every candidate on the chosen layers; print the table and the ranking's quality."""
-    from . import bench
+    """Time every candidate on the chosen layers; print the table and the ranking's quality.
+
+    ``--model``, ``--host``, ``--holdout`` and ``--report`` run the benchmarks of :mod:`conv_core.bench_cli`.
+    """
+    from . import bench, bench_cli
+
+    if bench_cli.chosen(args):
+        return bench_cli.run(args)
 
     device = parse_device(args.device)
     if args.png:
@@ -205,6 +221,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .tune import run_tune
 
     device = parse_device(args.device)
+    require_backend(args.backend)
     problems = select_problems(args, device)
     results = []
     entries = run_tune(problems, device, reps=args.reps, warmup=args.warmup, db_path=args.db, export=args.export,
@@ -257,8 +274,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     device = parse_device(args.device)
     names = [b.name for b in get_engine().registry.backends()]
     if args.backend is not None:
-        if args.backend not in names:
-            raise UsageError(f"no backend named {args.backend!r}; installed: {', '.join(names)}")
+        require_backend(args.backend)
         names = [args.backend]
     failed = []
     for name in names:
@@ -296,6 +312,8 @@ def _parse_selection(args: argparse.Namespace) -> dict:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print the machine, the software versions and the settings that decide what conv-core does."""
+    from .machine import gather_info
+
     info = gather_info()
     if args.json:
         print(json.dumps(info, indent=1, default=str))
@@ -313,78 +331,6 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def gather_info() -> dict:
-    """Devices, versions, tuning database and settings, as JSON-ready data."""
-    from .arch import device_arch
-    from .settings import Settings
-    from .tuning import read_entries
-
-    settings = Settings.from_env()
-    entries = read_entries(settings.tuning_db)
-    return {
-        "devices": _devices(device_arch),
-        "versions": _versions(),
-        "tuning_db": {"path": str(settings.tuning_db), "exists": settings.tuning_db.exists(),
-                      "entries": len(entries), "devices": sorted({e.device for e in entries})},
-        "settings": {
-            "plugins (CONV_CORE_PLUGINS)": ",".join(sorted(settings.allow)) if settings.allow else "all",
-            "disabled (CONV_CORE_DISABLE_PLUGINS)": ",".join(sorted(settings.block)) or "none",
-            "forced backend (CONV_CORE_BACKEND)": settings.force_backend or "none",
-            "trace (CONV_CORE_TRACE)": settings.trace,
-            "first-use benchmark (CONV_CORE_BENCHMARK)": settings.benchmark,
-            "non-deterministic by time (CONV_CORE_NONDETERMINISTIC)": settings.nondeterministic,
-            "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("CONV_CORE_")} or "none",
-        },
-    }
-
-
-def _devices(device_arch) -> list[dict]:
-    devices = [{"device": "cpu", "arch": "cpu", "name": platform.processor() or platform.machine(),
-                "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}]
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            devices.append({"device": f"cuda:{i}", "arch": device_arch(f"cuda:{i}"), "name": props.name,
-                            "memory_gib": round(props.total_memory / 2**30, 1),
-                            "multiprocessors": props.multi_processor_count})
-    return devices
-
-
-def _versions() -> dict:
-    def package(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {
-        "conv-core": __version__, "python": platform.python_version(), "platform": platform.platform(),
-        "torch": torch.__version__, "triton": package("triton"), "pluggy": package("pluggy"),
-        "numpy": package("numpy"), "cuda": torch.version.cuda, "hip": torch.version.hip, "cudnn": cudnn,
-        "driver": _driver_version(),
-    }
-
-
-def _driver_version() -> str | None:
-    """The GPU driver's version from ``nvidia-smi`` (or ``rocm-smi``); None if neither answers."""
-    if not torch.cuda.is_available():
-        return None
-    commands = (["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                ["rocm-smi", "--showdriverversion"])
-    for command in commands:
-        if shutil.which(command[0]) is None:
-            continue
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-        if lines:
-            return lines[0] if command[0] == "nvidia-smi" else lines[-1]
-    return None
-
-
 def _progress(args: argparse.Namespace) -> bool | str:
     return "always" if args.progress else True
 
@@ -392,8 +338,8 @@ def _progress(args: argparse.Namespace) -> bool | str:
 # ---- the parser -------------------------------------------------------------------------------------
 
 
-def _add_problem_options(p: argparse.ArgumentParser, *, suite: bool) -> None:
-    """The options that pick problems, shared by explain, bench and tune."""
+def _add_problem_options(p: argparse.ArgumentParser, *, suite: bool) -> argparse._MutuallyExclusiveGroup:
+    """The options that pick problems, shared by explain, bench and tune; returns the group of choices."""
     which = p.add_mutually_exclusive_group(required=True)
     if suite:
         which.add_argument("--suite", help="a named shape suite (see conv_core.suites)")
@@ -412,6 +358,7 @@ def _add_problem_options(p: argparse.ArgumentParser, *, suite: bool) -> None:
         p.add_argument("--layers", type=int, help="only the first N layers")
     else:
         p.set_defaults(suite=None, layers=None)
+    return which
 
 
 def _add_timing_options(p: argparse.ArgumentParser) -> None:
@@ -436,9 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("bench", help="time every candidate on a suite or a shape")
-    _add_problem_options(p, suite=True)
+    p = sub.add_parser("bench", help="time every candidate on a suite or a shape; or a real model, the host path, "
+                       "the ranking on held-out layers (--model, --host, --holdout, --report)")
+    which = _add_problem_options(p, suite=True)
     _add_timing_options(p)
+    from . import bench_cli
+
+    bench_cli.add_options(p, which)
     p.add_argument("--csv", metavar="PATH", help="write one line per (problem, kernel)")
     p.add_argument("--json", metavar="PATH", help="write the whole run as JSON ('-': print it instead of the table)")
     p.add_argument("--png", metavar="PATH", help="write a bar chart of the speedups (needs matplotlib)")
@@ -449,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_timing_options(p)
     p.add_argument("--db", metavar="PATH", help="tuning database (default: CONV_CORE_TUNING_DB or the cache dir)")
     p.add_argument("--export", metavar="PATH", help="also merge the entries into this table (for a backend to ship)")
-    p.add_argument("--backend", help="tune only this backend's candidates")
+    p.add_argument("--backend", help="tune only this backend's candidates, and aten's (to rank like with like)")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("warmup", help="compile the kernels a model or a suite will run, before its first call")
@@ -487,6 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # what a benchmark record names as its command
     except SystemExit as exc:  # --help, --version, or argparse's own usage error
         return exc.code if isinstance(exc.code, int) else 0
     try:

@@ -41,8 +41,9 @@ def run_tune(problems: list[tuple[str, ConvProblem]], device: torch.device | str
 
     The entries are merged into the tuning database (``db_path``, default the
     ``CONV_CORE_TUNING_DB`` setting) and, if ``export`` is given, into that
-    table file too. ``backend`` limits tuning to one backend's candidates.
-    The engine is reset afterwards so the new times take effect at once.
+    table file too. ``backend`` limits tuning to one backend's candidates and
+    aten's (see :func:`tune_problem`). The engine is reset afterwards so the
+    new times take effect at once.
     """
     device = torch.device(device)
     engine = get_engine()
@@ -64,10 +65,17 @@ def run_tune(problems: list[tuple[str, ConvProblem]], device: torch.device | str
 
 def tune_problem(problem: ConvProblem, device: torch.device, *, reps: int, warmup: int,
                  backend: str | None = None) -> list[tuple[Entry, str]]:
-    """(entry, detail) for every candidate of ``problem``; detail says why a candidate is broken (or kept)."""
+    """(entry, detail) for every candidate of ``problem``; detail says why a candidate is broken (or kept).
+
+    With ``backend``, that backend's candidates are tuned together with aten's: the ranking must compare
+    the backend's measured times with aten's measured times on this device, never with aten's estimate.
+    """
     engine = get_engine()
     versions = engine.versions()
     candidates, _ = engine.registry.candidates(problem, device, only=backend)
+    if backend is not None and backend != aten.NAME:
+        baseline, _ = engine.registry.candidates(problem, device, only=aten.NAME)
+        candidates = baseline + candidates
     operands = random_operands(problem, device, seed=0)
     results = []
     for c in candidates:

@@ -1,0 +1,185 @@
+"""``conv-core bench``'s benchmarks beyond timing the candidates of layers::
+
+    conv-core bench --model NAME [--batch N --dtype bf16 --layout nhwc --modes eager,train,... --json PATH]
+    conv-core bench --host [--device cpu --calls 100 --json PATH]
+    conv-core bench --holdout [--models a,b --layers 8 --batch 8 --budget-s 420 --json PATH]
+    conv-core bench --report a.json [b.json ...] [--out docs/benchmarks/real-models.md]
+
+Each writes a JSON record that names its command (:mod:`conv_core.bench_record`); ``--report`` turns
+records into the benchmark page (:mod:`conv_core.bench_page`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import bench_models
+from .model_bench_modes import MODES
+from .progress import format_table
+
+
+def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGroup) -> None:
+    """The choices (in ``which``, beside ``--suite`` / ``--shape`` / ``--key``) and their options."""
+    which.add_argument("--model", help=f"run a real model plain and converted, in each mode "
+                       f"({', '.join(bench_models.MODELS)})")
+    which.add_argument("--host", action="store_true", help="host time per call of F.conv2d and conv_core.conv2d "
+                       "(bf16 on a GPU, fp32 on the CPU)")
+    which.add_argument("--holdout", action="store_true", help="the ranking's picks against aten on layers of "
+                       "models in no suite, and on the suites'")
+    which.add_argument("--report", nargs="+", metavar="JSON", help="write the real-model page from the records "
+                       "of --model, --host, --holdout and conv_core.model_bench_ddp")
+    g = p.add_argument_group("options of --model, --host, --holdout and --report")
+    g.add_argument("--modes", help=f"--model: comma list of {','.join(MODES)} (default: all; CUDA-only modes are "
+                   "skipped on the CPU)")
+    g.add_argument("--compile-backend", default="inductor", help="--model: torch.compile's backend (default inductor)")
+    g.add_argument("--models", help="--holdout: comma list of models (default: "
+                   f"{','.join(bench_models.HOLDOUT_MODELS)})")
+    g.add_argument("--budget-s", type=float, default=420.0, help="--holdout: seconds for the whole run (default 420)")
+    g.add_argument("--calls", type=int, default=100, help="--host: calls per timed round (default 100)")
+    g.add_argument("--out", metavar="PATH", help="--report: the page to write (default: print it)")
+
+
+def chosen(args: argparse.Namespace) -> bool:
+    """Whether the command line asked for one of these benchmarks."""
+    return bool(args.model or args.host or args.holdout or args.report)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark the command line chose; print its summary, write its record."""
+    if args.report:
+        return _report(args)
+    from .cli import parse_device
+
+    device = parse_device(args.device)
+    if args.model:
+        record = _model(args, device)
+    elif args.host:
+        record = _host(args, device)
+    else:
+        record = _holdout(args, device)
+    _finish(args, record)
+    return 0
+
+
+def _usage(message: str):
+    from .cli import UsageError
+
+    return UsageError(message)
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _finish(args: argparse.Namespace, record: dict) -> None:
+    from .bench_record import command_line, stamp, write
+
+    stamp(record, command_line(getattr(args, "argv", None) or ["bench"]))
+    if args.json:
+        write(record, args.json)
+
+
+def _quiet(args: argparse.Namespace) -> bool:
+    """Whether standard output is the JSON record (``--json -``), so nothing else may go there."""
+    return args.json == "-"
+
+
+# ---- --model --------------------------------------------------------------------------------------
+
+
+def _model(args: argparse.Namespace, device) -> dict:
+    from .model_bench import ModelBenchConfig, run_model_bench
+
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else MODES
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise _usage(f"unknown mode(s) {', '.join(unknown)}; modes: {', '.join(MODES)}")
+    if args.model not in bench_models.MODELS:
+        raise _usage(f"unknown model {args.model!r}; models: {', '.join(bench_models.MODELS)}")
+    config = ModelBenchConfig(model=args.model, device=str(device), batch=args.batch, dtype=args.dtype,
+                              layout=args.layout, modes=modes, reps=args.reps, warmup=args.warmup,
+                              compile_backend=args.compile_backend)
+    try:
+        record = run_model_bench(config, log=_log)
+    except bench_models.ModelUnavailable as exc:
+        raise _usage(str(exc)) from None
+    if not _quiet(args):
+        print(model_table(record))
+    return record
+
+
+def model_table(record: dict) -> str:
+    """The record's modes as a table: times, ratios to plain, output errors; then the picks."""
+    def ms(v):
+        return f"{v:.3f}" if v is not None else None
+
+    rows = []
+    for mode in record["modes"]:
+        v = mode["variants"]
+        cells = []
+        for name in ("plain", "conv", "fused"):
+            entry = v.get(name, {})
+            cells.append("FAILED" if entry.get("failed") else ms(entry.get("ms")))
+        ratios = [f"{mode['ratios'][n]:.3f}x" if n in mode["ratios"] else None for n in ("conv", "fused")]
+        errors = [f"{v[n]['error']:.2g}" if v.get(n, {}).get("error") is not None else None
+                  for n in ("plain", "conv", "fused")]
+        rows.append((mode["mode"], mode["skipped"], *cells, *ratios, *errors))
+    table = format_table(("mode", "skipped", "plain ms", "conv ms", "fused ms", "conv x", "fused x", "err plain",
+                          "err conv", "err fused"), rows, align="llrrrrrrrr")
+    lines = [f"{record['model']}, batch {record['batch']}, {record['config']['dtype']} {record['config']['layout']} "
+             f"(ratio: plain time / variant time, above 1 conv-core is faster)", table]
+    for variant, picks in record.get("picks", {}).items():
+        for direction, tally in picks.get("by_backend", {}).items():
+            lines.append(f"picks ({variant}, {direction}): "
+                         + ", ".join(f"{b} {t['problems']} problems / {t['calls']} calls" for b, t in tally.items()))
+    return "\n".join(lines)
+
+
+# ---- --host, --holdout, --report ---------------------------------------------------------------------
+
+
+def _host(args: argparse.Namespace, device) -> dict:
+    from .bench_host import run_host_bench
+
+    record = run_host_bench(device, calls=args.calls, rounds=args.reps, warmup=args.warmup)
+    if not _quiet(args):
+        rows = [(r["layout"], r["what"], r["label"], r["kernel"], f"{r['host_us']:.1f}" if r["host_us"] else None,
+                 f"{r['ratio']:.2f}x" if r["ratio"] else None, (r["skipped"] or r["failed"] or "")[:80] or None)
+                for r in record["rows"]]
+        print(f"host time per call, {record['layer']} {record['dtype']} on {record['device']}")
+        print(format_table(("layout", "what", "call", "kernel", "host us", "x F.conv2d", "note"), rows,
+                           align="llllrrl"))
+    return record
+
+
+def _holdout(args: argparse.Namespace, device) -> dict:
+    from .bench_holdout import markdown, run_holdout
+
+    models = tuple(m.strip() for m in args.models.split(",")) if args.models else bench_models.HOLDOUT_MODELS
+    unknown = [m for m in models if m not in bench_models.MODELS]
+    if unknown:
+        raise _usage(f"unknown model(s) {', '.join(unknown)}; models: {', '.join(bench_models.MODELS)}")
+    try:
+        record = run_holdout(device, models=models, batch=args.batch or 8, dtype=args.dtype, layout=args.layout,
+                             per_model=args.layers or 8, reps=args.reps, warmup=args.warmup, budget_s=args.budget_s,
+                             log=_log)
+    except bench_models.ModelUnavailable as exc:
+        raise _usage(str(exc)) from None
+    if not _quiet(args):
+        print(markdown(record))
+    return record
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .bench_page import write_page
+
+    try:
+        page = write_page(args.report, args.out)
+    except ValueError as exc:
+        raise _usage(str(exc)) from None
+    if args.out is None:
+        print(page, end="")
+    else:
+        print(f"wrote {args.out} from {len(args.report)} record(s)")
+    return 0

@@ -1,0 +1,218 @@
+"""Networks the benchmarks build from layers in code: no download, no package beyond torch.
+
+- :class:`TinyNet`: a few conv + batch-norm + ReLU layers and a residual add, small enough for CI's CPU;
+- :class:`SDVAEDecoder`: the Stable Diffusion VAE decode path (diffusers' ``AutoencoderKL`` decoder);
+- :class:`UNetLike` and :class:`YoloLike`: the convolution stacks of a diffusion UNet and a YOLO-style
+  detector, for judging the ranking on shapes no shipped suite holds;
+- :class:`BackboneAndHead`: a detector's backbone followed by its head on the feature maps, so a
+  detector's convolutions run without its box decoding and post-processing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def conv_bn(cin: int, cout: int, kernel: int = 3, stride: int = 1, act: type[nn.Module] | None = nn.ReLU,
+            groups: int = 1) -> nn.Sequential:
+    """A bias-free convolution, batch norm and (optionally) an activation: the common CNN unit."""
+    layers = [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    if act is not None:
+        layers.append(act())
+    return nn.Sequential(*layers)
+
+
+class TinyNet(nn.Module):
+    """Three conv + batch-norm (+ ReLU) layers, a residual add and a strided 1x1 head: a CPU smoke test
+    with the patterns of a real CNN (a fusable conv-bn-relu chain, a conv whose output is added)."""
+
+    def __init__(self, width: int = 16, out_channels: int = 8) -> None:
+        super().__init__()
+        self.stem = conv_bn(3, width)
+        self.body = nn.Sequential(conv_bn(width, width), conv_bn(width, width, act=None))
+        self.head = nn.Conv2d(width, out_channels, 1, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        return self.head(F.relu(y + self.body(y)))
+
+
+# ---- the SD-VAE decoder ------------------------------------------------------------------------
+
+
+class ResnetBlock(nn.Module):
+    """diffusers' ``ResnetBlock2D`` without a time embedding: GroupNorm(32) + SiLU + 3x3 conv, twice, and a
+    1x1 shortcut where the channel count changes."""
+
+    def __init__(self, cin: int, cout: int, groups: int = 32) -> None:
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, cin, eps=1e-6)
+        self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm2 = nn.GroupNorm(groups, cout, eps=1e-6)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+        self.conv_shortcut = nn.Conv2d(cin, cout, 1) if cin != cout else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(F.silu(self.norm1(x)))
+        h = self.conv2(F.silu(self.norm2(h)))
+        return h + (x if self.conv_shortcut is None else self.conv_shortcut(x))
+
+
+class Upsample(nn.Module):
+    """Nearest-neighbour 2x upsampling, then a 3x3 convolution (diffusers' ``Upsample2D``)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+
+
+class UpBlock(nn.Module):
+    """Three resnet blocks, then (except in the last block) an upsampler."""
+
+    def __init__(self, cin: int, cout: int, upsample: bool, layers: int = 3) -> None:
+        super().__init__()
+        self.resnets = nn.ModuleList(ResnetBlock(cin if i == 0 else cout, cout) for i in range(layers))
+        self.upsampler = Upsample(cout) if upsample else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.resnets:
+            x = block(x)
+        return x if self.upsampler is None else self.upsampler(x)
+
+
+class SDVAEDecoder(nn.Module):
+    """The Stable Diffusion (v1/v2) VAE decode path: a 4x64x64 latent to a 3x512x512 image.
+
+    Built from diffusers' ``AutoencoderKL`` architecture: ``post_quant_conv`` 4->4 1x1, ``conv_in``
+    4->512, a mid block of two resnet blocks, four up blocks of 512, 512, 256, 128 channels (three
+    resnet blocks each, nearest 2x upsampling + 3x3 conv after the first three), then GroupNorm + SiLU
+    + ``conv_out`` 128->3. The mid block's self-attention layer is omitted: it holds no convolution and
+    costs the same with or without conv-core, so leaving it out only sharpens the comparison. The
+    convolutions are those of the ``sd_vae_decoder`` suite.
+    """
+
+    def __init__(self, channels: tuple[int, ...] = (512, 512, 256, 128), latent: int = 4) -> None:
+        super().__init__()
+        self.post_quant_conv = nn.Conv2d(latent, latent, 1)
+        self.conv_in = nn.Conv2d(latent, channels[0], 3, padding=1)
+        self.mid = nn.Sequential(ResnetBlock(channels[0], channels[0]), ResnetBlock(channels[0], channels[0]))
+        blocks, cin = [], channels[0]
+        for i, cout in enumerate(channels):
+            blocks.append(UpBlock(cin, cout, upsample=i < len(channels) - 1))
+            cin = cout
+        self.up_blocks = nn.Sequential(*blocks)
+        self.norm_out = nn.GroupNorm(32, channels[-1], eps=1e-6)
+        self.conv_out = nn.Conv2d(channels[-1], 3, 3, padding=1)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        h = self.up_blocks(self.mid(self.conv_in(self.post_quant_conv(z))))
+        return self.conv_out(F.silu(self.norm_out(h)))
+
+
+# ---- stacks for the held-out ranking benchmark ----------------------------------------------------
+
+
+class UNetLike(nn.Module):
+    """A small diffusion UNet's convolutions on a latent: resnet blocks (GroupNorm + SiLU) down three
+    levels by strided 3x3 convs, a middle, and back up by nearest upsampling with skip concatenations
+    (so the up path convolves odd channel counts such as 384 and 192). No time embedding, no attention."""
+
+    def __init__(self, latent: int = 4, channels: tuple[int, ...] = (64, 128, 256)) -> None:
+        super().__init__()
+        self.conv_in = nn.Conv2d(latent, channels[0], 3, padding=1)
+        self.down = nn.ModuleList()
+        self.downsample = nn.ModuleList()
+        cin = channels[0]
+        for i, cout in enumerate(channels):
+            self.down.append(ResnetBlock(cin, cout))
+            last = i == len(channels) - 1
+            self.downsample.append(nn.Identity() if last else nn.Conv2d(cout, cout, 3, stride=2, padding=1))
+            cin = cout
+        self.mid = ResnetBlock(cin, cin)
+        self.up = nn.ModuleList()
+        self.upsample = nn.ModuleList()
+        for i, cout in enumerate(reversed(channels)):
+            self.up.append(ResnetBlock(cin + cout, cout))
+            last = i == len(channels) - 1
+            self.upsample.append(nn.Identity() if last else Upsample(cout))
+            cin = cout
+        self.norm_out = nn.GroupNorm(32, channels[0])
+        self.conv_out = nn.Conv2d(channels[0], latent, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, skips = self.conv_in(x), []
+        for block, down in zip(self.down, self.downsample):
+            h = block(h)
+            skips.append(h)
+            h = down(h)
+        h = self.mid(h)
+        for block, up in zip(self.up, self.upsample):
+            h = up(block(torch.cat([h, skips.pop()], dim=1)))
+        return self.conv_out(F.silu(self.norm_out(h)))
+
+
+class CSPBlock(nn.Module):
+    """A YOLO cross-stage-partial block: a 1x1 conv split in two halves, bottlenecks (1x1 then 3x3, with
+    a residual) on one half, the halves concatenated and mixed by a 1x1 conv."""
+
+    def __init__(self, cin: int, cout: int, depth: int = 1) -> None:
+        super().__init__()
+        half = cout // 2
+        self.split = conv_bn(cin, 2 * half, 1, act=nn.SiLU)
+        self.bottlenecks = nn.ModuleList(
+            nn.Sequential(conv_bn(half, half, 1, act=nn.SiLU), conv_bn(half, half, 3, act=nn.SiLU))
+            for _ in range(depth))
+        self.mix = conv_bn((2 + depth) * half, cout, 1, act=nn.SiLU)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = list(self.split(x).chunk(2, dim=1))
+        for bottleneck in self.bottlenecks:
+            parts.append(parts[-1] + bottleneck(parts[-1]))
+        return self.mix(torch.cat(parts, dim=1))
+
+
+class YoloLike(nn.Module):
+    """A YOLO-style detector's convolutions: strided 3x3 downsampling (conv + BN + SiLU), CSP blocks, a
+    spatial-pyramid pooling block, and 1x1 prediction heads on the stride-8/16/32 maps."""
+
+    def __init__(self, width: int = 32, outputs: int = 255) -> None:
+        super().__init__()
+        w = width
+        self.stem = conv_bn(3, w, 3, 2, act=nn.SiLU)
+        self.stages = nn.ModuleList()
+        for cin, cout, depth in ((w, 2 * w, 1), (2 * w, 4 * w, 2), (4 * w, 8 * w, 2), (8 * w, 16 * w, 1)):
+            self.stages.append(nn.Sequential(conv_bn(cin, cout, 3, 2, act=nn.SiLU), CSPBlock(cout, cout, depth)))
+        self.sppf_in = conv_bn(16 * w, 8 * w, 1, act=nn.SiLU)
+        self.sppf_out = conv_bn(32 * w, 16 * w, 1, act=nn.SiLU)
+        self.heads = nn.ModuleList(nn.Conv2d(c, outputs, 1) for c in (4 * w, 8 * w, 16 * w))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h, maps = self.stem(x), []
+        for stage in self.stages:
+            h = stage(h)
+            maps.append(h)
+        pooled = [self.sppf_in(h)]
+        for _ in range(3):
+            pooled.append(F.max_pool2d(pooled[-1], 5, stride=1, padding=2))
+        maps[-1] = self.sppf_out(torch.cat(pooled, dim=1))
+        return tuple(head(m) for head, m in zip(self.heads, maps[1:]))
+
+
+class BackboneAndHead(nn.Module):
+    """A detector's ``backbone`` (image -> dict of feature maps) and ``head`` (list of maps -> dict of
+    tensors), returned as a tuple: the convolution work of detection, without anchors, box decoding
+    or non-maximum suppression, which conv-core does not touch."""
+
+    def __init__(self, detector: nn.Module) -> None:
+        super().__init__()
+        self.backbone = detector.backbone
+        self.head = detector.head
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.head(list(self.backbone(x).values()))
+        return tuple(out[key] for key in sorted(out))

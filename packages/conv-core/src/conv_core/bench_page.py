@@ -1,0 +1,353 @@
+"""The real-model benchmark page: ``conv-core bench --report a.json [b.json ...] --out PAGE.md``.
+
+Reads the records of the real-model (``kind: model``), DDP, host-time and held-out ranking benchmarks
+and writes one current page: every ratio per model and mode, their geomeans, each of issue 21's
+targets met or missed (and by how much), the picks per backend, the output errors, where and with
+which software the runs were made, and the exact commands. Nothing on the page is typed by hand, so
+it can only show numbers some run measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import bench_holdout, bench_record
+from .model_bench_modes import MODES
+
+MODE_TITLES = {"eager": "eager inference", "train": "training step (bf16)", "amp_train": "training step (AMP)",
+               "graph": "CUDA graph inference", "graph_train": "CUDA graph training step",
+               "compile": "torch.compile", "compile_max": "torch.compile max-autotune"}
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    """``digits`` significant digits, without an exponent from 100 up (a time of 1234 ms reads 1234)."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 10 ** (digits - 1) and digits >= 3 else f"{value:.{digits}g}"
+
+
+@dataclass
+class Runs:
+    """The records given to the page, by kind; a model's modes merged over its records (the latest run wins)."""
+
+    records: list[dict]
+    models: dict[str, dict] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for record in sorted(self.of("model"), key=lambda r: r.get("date") or ""):
+            merged = self.models.setdefault(record["model"], {"record": record, "modes": {}})
+            merged["record"] = record
+            for mode in record["modes"]:
+                if not mode["skipped"] or mode["mode"] not in merged["modes"]:
+                    merged["modes"][mode["mode"]] = mode
+
+    def of(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+    def ratios(self, mode: str, variant: str = "conv") -> dict[str, float]:
+        """model -> ``plain / variant`` time ratio in ``mode``, where it was measured."""
+        found = {}
+        for model, merged in self.models.items():
+            ratio = merged["modes"].get(mode, {}).get("ratios", {}).get(variant)
+            if ratio is not None:
+                found[model] = ratio
+        return found
+
+    def modes_run(self) -> list[str]:
+        return [m for m in MODES if any(m in merged["modes"] for merged in self.models.values())]
+
+
+# ---- the targets ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of the issue's targets: what is measured, the goal, and whether more or less is better."""
+
+    what: str
+    measure: Callable[[Runs], tuple[float | None, str]]
+    goal: float
+    at_least: bool = True
+
+    def verdict(self, value: float | None) -> str:
+        if value is None:
+            return "not measured"
+        met = value >= self.goal if self.at_least else value <= self.goal
+        if met:
+            return "met"
+        return f"missed by {abs(value / self.goal - 1) * 100:.1f}%"
+
+
+def _mode_geomean(mode: str) -> Callable[[Runs], tuple[float | None, str]]:
+    def measure(runs: Runs):
+        ratios = runs.ratios(mode)
+        return geomean(ratios.values()), f"{len(ratios)} model{'s' if len(ratios) != 1 else ''}"
+    return measure
+
+
+def _mode_min(mode: str) -> Callable[[Runs], tuple[float | None, str]]:
+    def measure(runs: Runs):
+        ratios = runs.ratios(mode)
+        if not ratios:
+            return None, ""
+        worst = min(ratios, key=ratios.get)
+        return ratios[worst], worst
+    return measure
+
+
+def _ddp(runs: Runs) -> tuple[float | None, str]:
+    found = [r for r in runs.of("ddp") if r.get("ratio") is not None]
+    if not found:
+        return None, ""
+    record = max(found, key=lambda r: r["world_size"])
+    return record["ratio"], f"{record['world_size']} GPUs, {record['model']}"
+
+
+def _errors(runs: Runs) -> tuple[float | None, str]:
+    """The share of (model, mode, variant) outputs within tolerance (1.0: all)."""
+    judged = [(model, m["mode"], v, ok) for model, merged in runs.models.items() for m in merged["modes"].values()
+              for v, ok in m.get("within_tolerance", {}).items() if v != "plain"]
+    if not judged:
+        return None, ""
+    bad = [f"{model} {mode} {v}" for model, mode, v, ok in judged if not ok]
+    return (len(judged) - len(bad)) / len(judged), ", ".join(bad) or f"{len(judged)} outputs"
+
+
+def _host(backend_kind: str, what: str | None = None) -> Callable[[Runs], tuple[float | None, str]]:
+    """Worst host-time ratio to ``F.conv2d`` of calls through aten (``backend_kind == "aten"``) or a plugin."""
+    def measure(runs: Runs):
+        rows = [row for record in runs.of("host") for row in record["rows"]
+                if row["ratio"] is not None and row["backend"] is not None and (what is None or row["what"] == what)
+                and (row["backend"] == "aten") == (backend_kind == "aten")]
+        if not rows:
+            return None, ""
+        worst = max(rows, key=lambda r: r["ratio"])
+        return worst["ratio"], f"{worst['label']} {worst['what']} {worst['layout']}"
+    return measure
+
+
+def _holdout(phase: str, statistic: str) -> Callable[[Runs], tuple[float | None, str]]:
+    def measure(runs: Runs):
+        for record in reversed(runs.of("holdout")):
+            for result in record["phases"]:
+                if result["set"] == "holdout" and result["phase"] == phase:
+                    s = result["summary"]
+                    return s[statistic], f"{s['timed']} problems"
+        return None, ""
+    return measure
+
+
+TARGETS = (
+    *(t for mode in ("eager", "train", "amp_train") for t in (
+        Target(f"{MODE_TITLES[mode]}: geomean over the models", _mode_geomean(mode), 1.05),
+        Target(f"{MODE_TITLES[mode]}: slowest model", _mode_min(mode), 0.97))),
+    Target("CUDA graph inference: geomean", _mode_geomean("graph"), 1.15),
+    Target("CUDA graph training step: geomean", _mode_geomean("graph_train"), 1.15),
+    Target("torch.compile: geomean", _mode_geomean("compile"), 1.0),
+    Target("torch.compile max-autotune: geomean", _mode_geomean("compile_max"), 1.0),
+    Target("DDP training step (AMP bf16)", _ddp, 1.05),
+    Target("outputs within tolerance of float64 (share)", _errors, 1.0),
+    Target("host time per call through aten, x F.conv2d (worst)", _host("aten"), 1.1, at_least=False),
+    Target("host time per forward through a plugin, x F.conv2d (worst)", _host("plugin", "fwd"), 1.0,
+           at_least=False),
+    Target("ranking on held-out layers: geomean aten / pick", _holdout("default", "geomean"), 1.0),
+    Target("ranking on held-out layers: worst layer", _holdout("default", "min"), 0.95),
+    Target("ranking on held-out layers, benchmark mode: worst layer", _holdout("benchmark", "min"), 0.98),
+)
+
+
+# ---- sections ---------------------------------------------------------------------------------
+
+
+def _table(headers: list[str], rows: list[list[str]], align: str | None = None) -> list[str]:
+    align = align or "l" + "r" * (len(headers) - 1)
+    rule = ["---:" if a == "r" else "---" for a in align]
+    return ["| " + " | ".join(headers) + " |", "| " + " | ".join(rule) + " |",
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def header(runs: Runs) -> list[str]:
+    dates = sorted(r["date"] for r in runs.records if r.get("date"))
+    gpus = sorted({d["name"] for r in runs.records for d in r.get("environment", {}).get("devices", [])
+                   if d["device"].startswith("cuda")}) or ["no GPU (CPU)"]
+    versions = next((r["environment"]["versions"] for r in runs.records if r.get("environment")), {})
+    backends = next((r["backends"] for r in runs.records if r.get("backends")), {})
+    software = ", ".join(f"{k} {versions.get(k)}" for k in ("torch", "torchvision", "triton", "cudnn", "cuda",
+                                                            "driver", "conv-core") if versions.get(k))
+    configs = [merged["record"]["config"] for merged in runs.models.values()]
+    timing = ", ".join(sorted({f"median of {c['reps']} iterations after {c['warmup']} warm-up ones" for c in configs}))
+    return [
+        "# Real models: plain PyTorch against conv-core", "",
+        f"Generated {datetime.now(timezone.utc).date()} by `conv-core bench --report` from {len(runs.records)} "
+        f"run(s) made {dates[0] if dates else '?'} to {dates[-1] if dates else '?'}.", "",
+        f"- GPU: {', '.join(gpus)}", f"- software: {software}",
+        f"- backends: {', '.join(f'{k} {v}' for k, v in backends.items())}", "",
+        "Each figure is `plain time / conv-core time` for one iteration (above 1: conv-core is faster), the "
+        f"wall time with a device synchronize on either side, host work included ({timing}); plain and "
+        "converted models are stepped in turn in one process, plain PyTorch with "
+        "`torch.backends.cudnn.benchmark = True`.",
+    ]
+
+
+def targets_section(runs: Runs) -> list[str]:
+    rows = []
+    for target in TARGETS:
+        value, detail = target.measure(runs)
+        shown = f"{value:.3f}" if value is not None else "-"
+        rows.append([target.what, ("at least " if target.at_least else "at most ") + f"{target.goal:g}",
+                     shown + (f" ({detail})" if detail else ""), target.verdict(value)])
+    return ["## Targets (issue 21)", "", *_table(["target", "goal", "measured", "verdict"], rows, "llll")]
+
+
+def ratios_section(runs: Runs, variant: str, title: str) -> list[str]:
+    modes = [m for m in runs.modes_run() if runs.ratios(m, variant)]
+    if not modes:
+        return []
+    rows = [[model] + [_x(runs.ratios(m, variant).get(model)) for m in modes] for model in runs.models]
+    rows.append(["**geomean**"] + [f"**{_x(geomean(runs.ratios(m, variant).values()))}**" for m in modes])
+    return [title, "", *_table(["model"] + [MODE_TITLES[m] for m in modes], rows)]
+
+
+def _variants(mode: dict) -> dict:
+    return mode.get("variants", {})
+
+
+def times_section(runs: Runs) -> list[str]:
+    rows = []
+    for model, merged in runs.models.items():
+        batch = merged["record"]["batch"]
+        for name, mode in merged["modes"].items():
+            if mode["skipped"]:
+                rows.append([f"{model} (batch {batch})", name, f"skipped: {mode['skipped']}", "", "", "", ""])
+                continue
+            v = _variants(mode)
+            ms = [_num(v.get(k, {}).get("ms")) for k in ("plain", "conv", "fused")]
+            first = [_num(v.get(k, {}).get("first_s")) for k in ("plain", "conv")]
+            rows.append([f"{model} (batch {batch})", name, *ms, *first])
+    return ["## Times", "", "Milliseconds per iteration (median); seconds of the first call (compilation, "
+            "capture and first-use choices included).", "",
+            *_table(["model", "mode", "plain ms", "conv ms", "fused ms", "first call plain s", "first call conv s"],
+                    rows, "llrrrrr")]
+
+
+def errors_section(runs: Runs) -> list[str]:
+    rows = []
+    for model, merged in runs.models.items():
+        for name, mode in merged["modes"].items():
+            if mode["skipped"]:
+                continue
+            v = _variants(mode)
+            ok = mode.get("within_tolerance", {})
+            verdict = ", ".join(f"{k} {'ok' if good else 'OUT'}" for k, good in ok.items() if k != "plain") or "-"
+            rows.append([model, name, *(_num(v.get(k, {}).get("error"), 2) for k in ("plain", "conv", "fused")),
+                         _num(mode.get("tolerated_error"), 2), verdict])
+    return ["## Output error against float64", "",
+            "`max |y - y64| / max |y64|` of the first iteration's output, against the same model run in float64 on "
+            "the same input (training modes: the forward of the first step, dropout off where it can be). A "
+            "converted variant is tolerated up to twice plain PyTorch's own error, or 4 unit roundoffs of the "
+            "computing dtype if that is larger.", "",
+            *_table(["model", "mode", "plain", "conv", "fused", "tolerated", "verdict"], rows, "llrrrrl")]
+
+
+def _picks_cell(picks: dict, variant: str, direction: str) -> str:
+    """``backend problems/calls, ...`` of one variant and direction (or why there are none)."""
+    tally = picks.get(variant, {}).get("by_backend", {}).get(direction)
+    if not tally:
+        return picks.get(variant, {}).get("failed", "-")
+    return ", ".join(f"{b} {t['problems']}/{t['calls']}" for b, t in sorted(tally.items()))
+
+
+def picks_section(runs: Runs) -> list[str]:
+    rows = []
+    for model, merged in runs.models.items():
+        picks = merged["record"].get("picks", {})
+        rows.append([model, *(_picks_cell(picks, "conv", d) for d in ("fwd", "bwd_data", "bwd_weight")),
+                     _picks_cell(picks, "fused", "fwd")])
+    return ["## Picks per backend", "", "The backend of the kernel the engine ranks first for each distinct "
+            "problem of the converted model: `backend problems/calls` (calls: how often one forward runs them).", "",
+            *_table(["model", "fwd", "bwd_data", "bwd_weight", "fused fwd"], rows, "lllll")]
+
+
+def notes_section(runs: Runs) -> list[str]:
+    notes = []
+    for model, merged in runs.models.items():
+        for name, mode in merged["modes"].items():
+            for variant, v in _variants(mode).items():
+                if v.get("failed"):
+                    notes.append(f"- {model} {name} {variant}: failed: {v['failed']}")
+                notes += [f"- {model} {name} {variant}: {note}" for note in v.get("notes", [])]
+    fused = any(merged["record"].get("fused_available") for merged in runs.models.values())
+    if not fused and runs.models:
+        notes.append("- no `fused` variant: this conv-core has no `optimize_for_inference`")
+    return ["## Notes", "", *notes] if notes else []
+
+
+def ddp_section(runs: Runs) -> list[str]:
+    rows = [[r["model"], str(r["world_size"]), str(r["batch_per_rank"]), _num(r["ms"]["plain"]),
+             _num(r["ms"]["conv"]), _x(r["ratio"]),
+             ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r["parameters_equal_across_ranks"].items())]
+            for r in runs.of("ddp")]
+    if not rows:
+        return []
+    return ["## DDP", "", "One AMP (bf16) training step under DistributedDataParallel, the slowest rank's median.", "",
+            *_table(["model", "GPUs", "batch per rank", "plain ms", "conv ms", "ratio",
+                     "parameters equal on all ranks"], rows, "lrrrrrl")]
+
+
+def host_section(runs: Runs) -> list[str]:
+    lines = []
+    for record in runs.of("host"):
+        rows = [[r["layout"], r["what"], r["label"], r["kernel"] or "-", _num(r["host_us"]), _num(r["wall_us"]),
+                 _x(r["ratio"]) if r["ratio"] else (r["skipped"] or r["failed"] or "-")[:100]]
+                for r in record["rows"]]
+        lines += ["## Host time per call", "",
+                  f"`{record['layer']}` {record['dtype']} on {record['device']}: microseconds per call of "
+                  f"{record['calls']} calls issued back to back (median of {record['rounds']} rounds); ratio: host "
+                  "time / `F.conv2d`'s (below 1: cheaper).", "",
+                  *_table(["layout", "what", "call", "kernel", "host us", "wall us", "x F.conv2d"], rows,
+                          "llllrrl"), ""]
+    return lines
+
+
+def holdout_section(runs: Runs) -> list[str]:
+    return [line for record in runs.of("holdout")
+            for line in ("## Ranking on held-out layers", "", bench_holdout.markdown(record), "")]
+
+
+def commands_section(runs: Runs) -> list[str]:
+    commands = list(dict.fromkeys(r["command"] for r in runs.records if r.get("command")))
+    return ["## Commands", "", "```sh", *commands, "```"]
+
+
+def render(records: list[dict]) -> str:
+    """The whole page, from the records."""
+    runs = Runs(records)
+    sections = [header(runs), targets_section(runs),
+                ratios_section(runs, "conv", "## Time ratio per model and mode (converted model)"),
+                ratios_section(runs, "fused", "## Time ratio per model and mode (converted and fused, "
+                                              "`optimize_for_inference`)"),
+                times_section(runs) if runs.models else [], errors_section(runs) if runs.models else [],
+                picks_section(runs) if runs.models else [], notes_section(runs), ddp_section(runs),
+                host_section(runs), holdout_section(runs), commands_section(runs)]
+    return "\n\n".join("\n".join(s).rstrip() for s in sections if s) + "\n"
+
+
+def write_page(paths: list[str], out: str | Path | None) -> str:
+    """Render the records at ``paths`` into ``out`` (or return the page only, when ``out`` is None)."""
+    page = render([bench_record.read(p) for p in paths])
+    if out is not None:
+        Path(out).write_text(page)
+    return page

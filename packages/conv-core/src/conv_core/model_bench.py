@@ -1,0 +1,345 @@
+"""The real-model benchmark: a model run plain and through conv-core, in each way a user runs it.
+
+Kernel benchmarks time GPU work alone; a user gets the wall time of a whole model, host work
+included. So for one model, in one process, this runs
+
+- ``plain``: the model as PyTorch runs it, with ``torch.backends.cudnn.benchmark = True``;
+- ``conv``: a deep copy passed through :func:`conv_core.convert`;
+- ``fused``: (inference modes, where conv-core has ``optimize_for_inference``) a converted copy with
+  batch norm and activations folded into the convolutions;
+
+in each mode of :mod:`conv_core.model_bench_modes`, and reports per mode the median wall time of one
+iteration (a device synchronize on either side: what the user waits for), the ratio
+``plain / variant`` (above 1: conv-core is faster), the first call's time, and each variant's output
+error against the same model run in float64 on the same input (``max |y - y64| / max |y64|``).
+Variants are stepped in turn, in alternating order, so a drift of clocks or temperature during the
+run falls on all of them alike. It also counts which backend the converted model's problems are
+ranked to, per direction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from . import bench_models
+from .bench_record import finite
+from .model_bench_modes import (AMP_MODES, CUDA_MODES, INFERENCE_MODES, MODES, Runner, prepare, random_layers_off,
+                                tensors_of)
+from .problem import DIRECTIONS, torch_dtype
+from .reference import UNIT_ROUNDOFF
+
+VARIANTS = ("plain", "conv", "fused")
+#: A variant's output error is tolerated up to this many times plain PyTorch's own error on the same run ...
+ERROR_GROWTH = 2.0
+#: ... or up to this many unit roundoffs of the computing dtype, whichever is larger.
+ERROR_FLOOR_ROUNDOFFS = 4.0
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ModelBenchConfig:
+    """What to run: the model, where, at which batch, dtype and layout, in which modes, how many times."""
+
+    model: str
+    device: str = "cuda"
+    batch: int | None = None
+    dtype: str = "bfloat16"
+    layout: str = "channels_last"
+    modes: tuple[str, ...] = MODES
+    reps: int = 20
+    warmup: int = 3
+    compile_backend: str = "inductor"
+    seed: int = 0
+
+    @property
+    def amp_dtype(self) -> str:
+        """The dtype autocast computes in: the benchmark's dtype if it is 16-bit, else bfloat16."""
+        return self.dtype if self.dtype in ("bfloat16", "float16") else "bfloat16"
+
+
+def fuser() -> Callable[[nn.Module], nn.Module] | None:
+    """``conv_core.optimize_for_inference`` where this version of conv-core has it."""
+    import conv_core
+
+    return getattr(conv_core, "optimize_for_inference", None)
+
+
+@contextlib.contextmanager
+def cudnn_benchmark():
+    """``torch.backends.cudnn.benchmark = True`` for the block: plain PyTorch as a user tunes it."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ---- models and inputs as a mode runs them ----------------------------------------------------
+
+
+def cast(module: nn.Module, dtype: torch.dtype, layout: str) -> nn.Module:
+    """``module`` with floating-point weights in ``dtype`` and 4-D ones in ``layout``, in place."""
+    module.to(dtype=dtype)
+    if layout == "channels_last":
+        module.to(memory_format=torch.channels_last)
+    return module
+
+
+def cast_input(x: torch.Tensor, dtype: torch.dtype, layout: str) -> torch.Tensor:
+    x = x.to(dtype)
+    return x.contiguous(memory_format=torch.channels_last) if layout == "channels_last" and x.dim() == 4 else x
+
+
+def _weights_dtype(mode: str, config: ModelBenchConfig) -> torch.dtype:
+    return torch.float32 if mode in AMP_MODES else torch_dtype(config.dtype)
+
+
+def make_variants(base: nn.Module, mode: str, config: ModelBenchConfig) -> dict[str, Callable[[], nn.Module]]:
+    """Builders of each variant for ``mode``: fresh deep copies of ``base``, cast, then converted / fused."""
+    dtype = _weights_dtype(mode, config)
+
+    def plain() -> nn.Module:
+        return cast(copy.deepcopy(base), dtype, config.layout)
+
+    def conv() -> nn.Module:
+        import conv_core
+
+        return conv_core.convert(plain())
+
+    builders = {"plain": plain, "conv": conv}
+    fuse = fuser()
+    if mode in INFERENCE_MODES and fuse is not None:
+        builders["fused"] = lambda: fuse(conv().eval())
+    return builders
+
+
+# ---- float64 references and errors ------------------------------------------------------------
+
+
+class References:
+    """The base model's float64 outputs on the benchmark's input, in eval and train mode, made on demand."""
+
+    def __init__(self, base: nn.Module, x: torch.Tensor) -> None:
+        self.base, self.x = base, x
+        self._outputs: dict[bool, list[torch.Tensor]] = {}
+
+    def output(self, training: bool) -> list[torch.Tensor]:
+        if training not in self._outputs:
+            model = copy.deepcopy(self.base).double().train(training)
+            with torch.no_grad(), random_layers_off(model):
+                self._outputs[training] = [t.detach() for t in tensors_of(model(self.x.double()))]
+            del model
+            _free(self.x.device)
+        return self._outputs[training]
+
+
+def relative_error(output, reference: list[torch.Tensor]) -> float | None:
+    """``max |y - y64| / max |y64|`` over every output tensor; None if the output is not finite."""
+    outputs = tensors_of(output)
+    if len(outputs) != len(reference) or any(o.shape != r.shape for o, r in zip(outputs, reference)):
+        raise ValueError(f"output shapes {[tuple(o.shape) for o in outputs]} differ from the reference's "
+                         f"{[tuple(r.shape) for r in reference]}")
+    scale = max(r.abs().max().item() for r in reference)
+    error = max((o.detach().double() - r).abs().max().item() for o, r in zip(outputs, reference))
+    return finite(error / scale if scale > 0 else error)
+
+
+def tolerated_error(plain_error: float | None, dtype: str) -> float:
+    """The largest error a converted variant may have: :data:`ERROR_GROWTH` x plain's, at least
+    :data:`ERROR_FLOOR_ROUNDOFFS` roundoffs of ``dtype``. A whole model's error has no float64 bound of its
+    own (it compounds through every layer), so plain PyTorch on the same run is the yardstick."""
+    floor = ERROR_FLOOR_ROUNDOFFS * UNIT_ROUNDOFF[dtype]
+    return max(floor, ERROR_GROWTH * plain_error) if plain_error is not None else floor
+
+
+# ---- one mode ---------------------------------------------------------------------------------
+
+
+def _failure(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:400] if text else ''}"
+
+
+def time_interleaved(steps: dict[str, Callable[[], object]], device: torch.device, *, warmup: int,
+                     reps: int) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Wall milliseconds of each step, ``reps`` times after ``warmup``, steps taken in turn (forward and
+    backward order alternating); and the failure of each step that raised (it is not run again)."""
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    failed: dict[str, str] = {}
+    names = list(steps)
+    for i in range(warmup + reps):
+        for name in names if i % 2 == 0 else names[::-1]:
+            if name in failed:
+                continue
+            _sync(device)
+            start = time.perf_counter()
+            try:
+                steps[name]()
+                _sync(device)
+            except Exception as exc:  # one variant failing must not end the others' measurement
+                failed[name] = f"failed when stepped: {_failure(exc)}"
+                continue
+            if i >= warmup:
+                samples[name].append((time.perf_counter() - start) * 1e3)
+    return samples, failed
+
+
+def run_mode(mode: str, base: nn.Module, x: torch.Tensor, refs: References, config: ModelBenchConfig,
+             log: Log | None = None) -> dict:
+    """Every variant of ``base`` in ``mode``: times, ratios to plain, output errors."""
+    device = x.device
+    result: dict = {"mode": mode, "skipped": None, "variants": {}, "ratios": {}, "within_tolerance": {}}
+    if mode in CUDA_MODES and device.type != "cuda":
+        result["skipped"] = "needs a CUDA device"
+        if log is not None:
+            log(describe_mode(config.model, result))
+        return result
+    dtype = _weights_dtype(mode, config)
+    xin = cast_input(x, dtype, config.layout)
+    runners: dict[str, Runner] = {}
+    for name, build in make_variants(base, mode, config).items():
+        entry = result["variants"][name] = {"ms": None, "first_s": None, "error": None, "notes": [], "failed": None}
+        try:
+            runners[name] = runner = prepare(mode, build(), xin, amp_dtype=torch_dtype(config.amp_dtype),
+                                             compile_backend=config.compile_backend)
+        except Exception as exc:  # a variant that cannot run in this mode is a result, not a crash
+            entry["failed"] = _failure(exc)
+            continue
+        entry["first_s"], entry["notes"] = runner.first_s, list(runner.notes)
+        if runner.comparable:
+            try:
+                entry["error"] = relative_error(runner.first_output, refs.output(mode not in INFERENCE_MODES))
+            except Exception as exc:  # e.g. an output of another shape: a wrong result, reported as such
+                entry["notes"].append(f"output not compared: {_failure(exc)}")
+        runner.first_output = None
+    samples, failed = time_interleaved({n: r.step for n, r in runners.items()}, device, warmup=config.warmup,
+                                       reps=config.reps)
+    for name, why in failed.items():
+        result["variants"][name]["failed"] = why
+    for name, times in samples.items():
+        entry = result["variants"][name]
+        entry["samples_ms"] = times
+        entry["ms"] = statistics.median(times) if times else None
+    _judge(result, config.amp_dtype if mode in AMP_MODES else config.dtype)
+    if log is not None:
+        log(describe_mode(config.model, result))
+    del runners
+    if mode.startswith("compile"):
+        torch._dynamo.reset()
+    _free(device)
+    return result
+
+
+def _judge(result: dict, dtype: str) -> None:
+    """Fill in the ratios to plain and whether each variant's error is tolerated."""
+    variants = result["variants"]
+    plain = variants.get("plain", {})
+    tolerated = tolerated_error(plain.get("error"), dtype)
+    result["tolerated_error"] = tolerated
+    for name, entry in variants.items():
+        if name != "plain" and plain.get("ms") and entry.get("ms"):
+            result["ratios"][name] = plain["ms"] / entry["ms"]
+        if entry.get("error") is not None:
+            result["within_tolerance"][name] = entry["error"] <= tolerated
+
+
+def describe_mode(model: str, result: dict) -> str:
+    """One line: the mode's times and ratios, or why it did not run."""
+    if result["skipped"]:
+        return f"{model} {result['mode']}: skipped ({result['skipped']})"
+    parts = []
+    for name, entry in result["variants"].items():
+        if entry["failed"]:
+            parts.append(f"{name} FAILED ({entry['failed'][:120]})")
+        elif entry["ms"] is not None:
+            ratio = result["ratios"].get(name)
+            parts.append(f"{name} {entry['ms']:.3f} ms" + (f" ({ratio:.3f}x)" if ratio else ""))
+    return f"{model} {result['mode']}: " + ", ".join(parts)
+
+
+# ---- which backend the converted model's problems go to ----------------------------------------
+
+
+def picks(module: nn.Module, x: torch.Tensor, directions: tuple[str, ...] = DIRECTIONS) -> dict:
+    """The converted ``module``'s distinct problems on ``x`` and, per direction, the kernel the engine
+    ranks first: ``{"layers": [...], "by_backend": {direction: {backend: {"problems", "calls"}}}}``."""
+    import conv_core
+
+    engine = conv_core.get_engine()
+    layers = conv_core.capture_shapes(module.eval(), x)
+    rows, by_backend = [], {d: {} for d in directions}
+    for layer in layers:
+        row = {"module": layer.name, "problem": layer.problem.key, "count": layer.count}
+        for direction in directions:
+            problem = layer.problem.with_direction(direction)
+            try:
+                best = engine.ranking(problem, x.device).best
+                backend, row[direction] = best.candidate.backend, best.kernel_id
+                row[f"{direction}_source"] = best.source
+            except Exception as exc:  # no candidate: the call itself would fail, say so
+                backend, row[direction] = "none", _failure(exc)
+            tally = by_backend[direction].setdefault(backend, {"problems": 0, "calls": 0})
+            tally["problems"] += 1
+            tally["calls"] += layer.count
+        rows.append(row)
+    return {"layers": rows, "by_backend": by_backend}
+
+
+def model_picks(base: nn.Module, x: torch.Tensor, config: ModelBenchConfig) -> dict:
+    """Picks of the converted model in every direction and, where it exists, of the fused one (forward)."""
+    builders = make_variants(base, "eager", config)
+    xin = cast_input(x, torch_dtype(config.dtype), config.layout)
+    found = {}
+    for name, directions in (("conv", DIRECTIONS), ("fused", ("fwd",))):
+        if name in builders:
+            try:
+                found[name] = picks(builders[name](), xin, directions)
+            except Exception as exc:
+                found[name] = {"failed": _failure(exc)}
+    return found
+
+
+# ---- the whole benchmark ----------------------------------------------------------------------
+
+
+def run_model_bench(config: ModelBenchConfig, log: Log | None = None) -> dict:
+    """Run ``config.model`` in every mode of ``config``; the JSON-ready record (without its stamp)."""
+    unknown = [m for m in config.modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {', '.join(unknown)}; modes: {', '.join(MODES)}")
+    spec = bench_models.get(config.model)
+    device = torch.device(config.device)
+    batch = config.batch or spec.default_batch
+    base = bench_models.build(config.model, config.seed).to(device)
+    x = spec.example(batch, device, config.seed)
+    record = {"kind": "model", "model": config.model, "description": spec.description, "batch": batch,
+              "input_shape": list(x.shape), "config": {**asdict(config), "batch": batch},
+              "fused_available": fuser() is not None, "modes": []}
+    with cudnn_benchmark():
+        refs = References(base, x)
+        for mode in config.modes:
+            record["modes"].append(run_mode(mode, base, x, refs, config, log))
+        record["picks"] = model_picks(base, x, config)
+    return record

@@ -1,0 +1,142 @@
+"""The real-model benchmark under DistributedDataParallel: one AMP training step on every GPU present.
+
+Run by ``torch.distributed.run``, one process per GPU::
+
+    NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
+    python3 -m torch.distributed.run --nproc_per_node 2 -m conv_core.model_bench_ddp --json ddp.json
+
+Each process builds the model from the same seed, makes a plain and a converted copy (float32 weights,
+the chosen layout), wraps each in DDP and times one step (forward under ``torch.autocast`` to bf16,
+backward with DDP's gradient all-reduce, SGD step) for both in turn, on its own random batch. Rank 0
+writes the record: the step-time ratio ``plain / conv`` (the slowest rank's median of each, which is
+what a synchronous job waits for), and whether each model's parameters are bitwise equal on every rank
+after the timed steps (DDP's promise; a kernel that is not deterministic across GPUs would break it).
+NVLink multicast is switched off (the variables above are set if absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import os
+import statistics
+import sys
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import bench_models
+from .bench_record import finite
+from .model_bench import cast, cast_input, cudnn_benchmark, time_interleaved
+from .model_bench_modes import LEARNING_RATE, autocast, loss_of
+
+#: Set before NCCL starts, unless already set: multicast can put a shared host's GPUs out of service.
+NCCL_SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+VARIANTS = ("plain", "conv")
+
+
+def _step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, amp_dtype: torch.dtype):
+    def step():
+        with autocast(x.device, amp_dtype):
+            out = model(x)
+        loss_of(out).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def parameters_equal_across_ranks(model: nn.Module) -> bool:
+    """Whether every rank holds bitwise the same parameters as rank 0."""
+    flat = torch.cat([p.detach().reshape(-1).view(torch.uint8) for p in model.parameters()])
+    theirs = flat.clone()
+    dist.broadcast(theirs, src=0)
+    same = torch.tensor([int(torch.equal(flat, theirs))], device=flat.device)
+    dist.all_reduce(same, op=dist.ReduceOp.MIN)
+    return bool(same.item())
+
+
+def _slowest(value: float, device: torch.device) -> float:
+    """The largest ``value`` over the ranks."""
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def run_ddp_bench(model: str, device: torch.device, *, batch: int | None = None, layout: str = "channels_last",
+                  amp_dtype: torch.dtype = torch.bfloat16, reps: int = 20, warmup: int = 5, seed: int = 0) -> dict:
+    """Plain vs converted DDP training steps on this rank (the process group must be initialised)."""
+    import conv_core
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    spec = bench_models.get(model)
+    batch = batch or spec.default_batch
+    base = cast(bench_models.build(model, seed).to(device), torch.float32, layout).train()
+    x = cast_input(spec.example(batch, device, seed=seed + 1 + rank), torch.float32, layout)
+    ids = [device.index] if device.type == "cuda" else None
+    models = {"plain": DDP(copy.deepcopy(base), device_ids=ids),
+              "conv": DDP(conv_core.convert(copy.deepcopy(base)), device_ids=ids)}
+    steps = {name: _step(m, torch.optim.SGD(m.parameters(), lr=LEARNING_RATE, momentum=0.9), x, amp_dtype)
+             for name, m in models.items()}
+    with cudnn_benchmark():
+        samples, failed = time_interleaved(steps, device, warmup=warmup, reps=reps)
+    ms = {name: finite(_slowest(statistics.median(samples[name]) if samples[name] else math.nan, device))
+          for name in VARIANTS}
+    equal = {name: parameters_equal_across_ranks(m) for name, m in models.items()}
+    return {"kind": "ddp", "model": model, "world_size": world, "batch_per_rank": batch, "layout": layout,
+            "amp_dtype": str(amp_dtype).removeprefix("torch."), "reps": reps, "warmup": warmup,
+            "ms": ms, "ratio": ms["plain"] / ms["conv"] if ms["plain"] and ms["conv"] else None,
+            "rank0_samples_ms": samples, "failed": failed, "parameters_equal_across_ranks": equal,
+            "backend": dist.get_backend()}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 -m torch.distributed.run --nproc_per_node N -m conv_core.model_bench_ddp",
+                                description="Plain vs converted model, AMP training step under DDP on every GPU.")
+    p.add_argument("--model", default="resnet50", help="a model of conv_core.bench_models (default resnet50)")
+    p.add_argument("--batch", type=int, help="batch per rank (default: the model's)")
+    p.add_argument("--layout", default="channels_last", choices=("channels_last", "channels_first"))
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--json", metavar="PATH", help="where rank 0 writes the record")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of each rank: set up the process group, run, let rank 0 print and write the record."""
+    from .bench_record import command_line, stamp, write
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    for key, value in NCCL_SAFETY.items():
+        os.environ.setdefault(key, value)
+    cuda = torch.cuda.is_available()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    try:
+        record = run_ddp_bench(args.model, device, batch=args.batch, layout=args.layout, reps=args.reps,
+                               warmup=args.warmup)
+        if dist.get_rank() == 0:
+            world = dist.get_world_size()
+            safety = " ".join(f"{k}={os.environ[k]}" for k in NCCL_SAFETY)
+            prog = f"{safety} python3 -m torch.distributed.run --nproc_per_node {world} -m conv_core.model_bench_ddp"
+            stamp(record, command_line(argv, prog))
+            print(f"DDP x{world} {args.model}: ms per step {record['ms']}, ratio plain/conv {record['ratio']}; "
+                  f"parameters equal across ranks: {record['parameters_equal_across_ranks']}; "
+                  f"failed: {record['failed']}")
+            if args.json:
+                write(record, args.json)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

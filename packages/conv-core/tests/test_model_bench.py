@@ -1,0 +1,212 @@
+"""The real-model benchmark on the CPU: the tiny model through the CLI, variants, errors, timing, the models."""
+
+import json
+import math
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import conv_core
+from conv_core import bench_models, bench_nets
+from conv_core.cli import main
+from conv_core.model_bench import (ModelBenchConfig, relative_error, run_model_bench, time_interleaved,
+                                   tolerated_error)
+from conv_core.model_bench_modes import random_layers_off, tensors_of
+from test_bench_tune import isolate
+
+CPU = torch.device("cpu")
+#: The tiny model's convolutions: the stem, the two body convs (one problem), the strided 1x1 head.
+TINY_PROBLEMS, TINY_CALLS = 3, 4
+
+
+@pytest.fixture(autouse=True)
+def fresh_engine(tmp_path, monkeypatch):
+    isolate(tmp_path, monkeypatch)
+
+
+def tiny_config(**changes) -> ModelBenchConfig:
+    # aot_eager: dynamo's whole-graph capture and AOT autograd as under Inductor, without a C++ compile per
+    # variant (about 10 s each on CI's CPU); the GPU runs use Inductor.
+    options = dict(model="tiny", device="cpu", dtype="float32", modes=("eager", "train", "compile"), reps=2,
+                   warmup=1, compile_backend="aot_eager")
+    return ModelBenchConfig(**{**options, **changes})
+
+
+def test_tiny_model_through_the_cli(capsys, tmp_path):
+    """The CI smoke run: eager, train and compile on the CPU; the record's structure and the output errors."""
+    path, page = tmp_path / "tiny.json", tmp_path / "page.md"
+    code = main(["bench", "--model", "tiny", "--device", "cpu", "--dtype", "fp32", "--layout", "nhwc",
+                 "--modes", "eager,train,compile,graph", "--compile-backend", "aot_eager", "--reps", "2",
+                 "--warmup", "1", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "tiny, batch 2" in out and "picks (conv, fwd): aten" in out
+    record = json.loads(path.read_text())  # strict JSON: no NaN anywhere
+    json.dumps(record, allow_nan=False)
+    assert record["kind"] == "model" and record["model"] == "tiny" and record["batch"] == 2
+    assert "conv-core bench --model tiny --device cpu" in record["command"] and record["environment"]["versions"]
+    assert [m["mode"] for m in record["modes"]] == ["eager", "train", "compile", "graph"]
+    graph = record["modes"][3]
+    assert graph["skipped"] == "needs a CUDA device" and graph["variants"] == {}
+    for mode in record["modes"][:3]:
+        assert mode["skipped"] is None
+        expected = {"plain", "conv"} | ({"fused"} if mode["mode"] != "train" and record["fused_available"] else set())
+        assert set(mode["variants"]) == expected
+        for name, v in mode["variants"].items():
+            assert v["failed"] is None, (mode["mode"], name, v["failed"])
+            assert v["ms"] > 0 and len(v["samples_ms"]) == 2 and v["first_s"] > 0
+            assert 0 <= v["error"] < 1e-5  # float32 against float64
+        assert mode["ratios"]["conv"] > 0 and all(mode["within_tolerance"].values())
+    by_backend = record["picks"]["conv"]["by_backend"]
+    assert by_backend["fwd"] == {"aten": {"problems": TINY_PROBLEMS, "calls": TINY_CALLS}}
+    assert set(by_backend) == {"fwd", "bwd_data", "bwd_weight"}
+    assert main(["bench", "--report", str(path), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert "| tiny |" in text and "conv-core bench --model tiny" in text and "## Targets" in text
+
+
+def test_amp_training_is_compared_in_the_autocast_dtype():
+    record = run_model_bench(tiny_config(modes=("amp_train",)))
+    (mode,) = record["modes"]
+    plain, conv = mode["variants"]["plain"], mode["variants"]["conv"]
+    assert 1e-5 < plain["error"] < 0.05 and conv["error"] < 0.05  # bf16 arithmetic, float32 weights
+    assert mode["tolerated_error"] >= 4 * 2.0**-8 and mode["within_tolerance"]["conv"]
+
+
+def test_a_wrong_fused_variant_is_out_of_tolerance(monkeypatch):
+    """The error check can fail: a 'fusion' that scales the output by 1.1 is reported out of tolerance."""
+    class Scaled(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x) * 1.1
+
+    monkeypatch.setattr(conv_core, "optimize_for_inference", Scaled, raising=False)
+    (mode,) = run_model_bench(tiny_config(modes=("eager",)))["modes"]
+    assert mode["within_tolerance"] == {"plain": True, "conv": True, "fused": False}
+    assert mode["variants"]["fused"]["error"] == pytest.approx(0.1, rel=1e-3)
+
+
+def test_a_variant_that_cannot_be_built_is_recorded_and_the_others_run(monkeypatch):
+    def broken(model):
+        raise RuntimeError("cannot fuse this")
+
+    monkeypatch.setattr(conv_core, "optimize_for_inference", broken, raising=False)
+    (mode,) = run_model_bench(tiny_config(modes=("eager",)))["modes"]
+    assert mode["variants"]["fused"]["failed"] == "RuntimeError: cannot fuse this"
+    assert mode["variants"]["conv"]["ms"] > 0 and "fused" not in mode["ratios"]
+
+
+def test_without_optimize_for_inference_there_is_no_fused_variant(monkeypatch):
+    monkeypatch.delattr(conv_core, "optimize_for_inference", raising=False)
+    record = run_model_bench(tiny_config(modes=("eager",)))
+    assert not record["fused_available"] and set(record["modes"][0]["variants"]) == {"plain", "conv"}
+
+
+def test_unknown_mode_and_model_are_usage_errors(capsys):
+    assert main(["bench", "--model", "tiny", "--modes", "eager,warp", "--device", "cpu"]) == 2
+    assert "unknown mode(s) warp" in capsys.readouterr().err
+    assert main(["bench", "--model", "nosuch", "--device", "cpu"]) == 2
+    assert "unknown model 'nosuch'" in capsys.readouterr().err
+
+
+# ---- the pieces ---------------------------------------------------------------------------------
+
+
+def test_time_interleaved_alternates_and_records_failures():
+    order = []
+
+    def fails():
+        order.append("b")
+        raise RuntimeError("boom")
+
+    samples, failed = time_interleaved({"a": lambda: order.append("a"), "b": fails, "c": lambda: order.append("c")},
+                                       CPU, warmup=1, reps=2)
+    assert order == ["a", "b", "c", "c", "a", "a", "c"]  # b raised on its first step and is not run again
+    assert len(samples["a"]) == len(samples["c"]) == 2 and samples["b"] == []
+    assert failed == {"b": "failed when stepped: RuntimeError: boom"}
+
+
+def test_relative_error_and_tolerance():
+    ref = [torch.tensor([1.0, -4.0], dtype=torch.float64), torch.tensor([2.0], dtype=torch.float64)]
+    assert relative_error((torch.tensor([1.0, -4.0]), torch.tensor([2.0])), ref) == 0.0
+    assert relative_error((torch.tensor([1.0, -3.0]), torch.tensor([2.0])), ref) == pytest.approx(0.25)
+    assert relative_error((torch.tensor([1.0, math.nan]), torch.tensor([2.0])), ref) is None
+    with pytest.raises(ValueError, match="differ from the reference"):
+        relative_error(torch.zeros(3), ref)
+    assert tolerated_error(0.01, "bfloat16") == 0.02
+    assert tolerated_error(0.0, "bfloat16") == 4 * 2.0**-8 and tolerated_error(None, "float32") == 4 * 2.0**-24
+
+
+def test_random_layers_are_off_only_inside_the_block():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
+    with random_layers_off(model) as had:
+        assert had and not model[1].training and model[0].training
+    assert model[1].training
+    with random_layers_off(nn.Linear(2, 2)) as had:
+        assert not had
+
+
+def test_tensors_of_flattens_outputs_in_a_fixed_order():
+    a, b, c = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
+    assert [t.item() for t in tensors_of({"y": (b, [c]), "x": a})] == [0.0, 1.0, 2.0]
+
+
+# ---- the models -------------------------------------------------------------------------------------
+
+
+def _meta_output(name: str, batch: int = 1):
+    spec = bench_models.get(name)
+    model = bench_models.build(name).to("meta")
+    return model(torch.empty((batch, *spec.input_shape), device="meta"))
+
+
+def test_sd_vae_decoder_runs_the_convolutions_of_its_suite():
+    """The decoder built here is the one the sd_vae_decoder suite describes: the same layers, as often."""
+    from conv_core import suites
+
+    assert _meta_output("sd_vae_decoder").shape == (1, 3, 512, 512)
+    model = bench_models.build("sd_vae_decoder").to("meta")
+    captured = conv_core.capture_shapes(model, torch.empty((1, 4, 64, 64), device="meta"))
+
+    def geometry(p):
+        return (p.in_channels, p.out_channels, p.input_size, p.filter_size, p.stride, p.padding)
+
+    mine = {geometry(layer.problem): layer.count for layer in captured}
+    suite = {geometry(p): layer.count for (_, p), layer in zip(suites.suite_problems("sd_vae_decoder", batch=1),
+                                                                suites.load_suite("sd_vae_decoder").layers)}
+    assert mine == suite
+
+
+def test_in_code_models_run_on_meta():
+    assert _meta_output("tiny", 2).shape == (2, 8, 8, 8)
+    assert _meta_output("unet_like", 2).shape == (2, 4, 64, 64)
+    assert [t.shape for t in _meta_output("yolo_like")] == [(1, 255, 80, 80), (1, 255, 40, 40), (1, 255, 20, 20)]
+
+
+def test_backbone_and_head_returns_the_heads_tensors_by_key():
+    class Detector(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = nn.ModuleDict({"p3": nn.Conv2d(3, 4, 1)})
+            self.head = nn.Identity()
+
+    detector = Detector()
+    detector.backbone.forward = lambda x: {"0": x * 2, "1": x * 3}
+    detector.head.forward = lambda maps: {"cls": maps[0], "box": maps[1]}
+    box, cls = bench_nets.BackboneAndHead(detector)(torch.ones(1))
+    assert box.item() == 3.0 and cls.item() == 2.0
+
+
+def test_torchvision_models_say_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchvision", None)
+    monkeypatch.setitem(sys.modules, "torchvision.models", None)
+    with pytest.raises(bench_models.ModelUnavailable, match="pip install torchvision"):
+        bench_models.build("resnet50")
+    with pytest.raises(KeyError, match="unknown model 'nosuch'"):
+        bench_models.get("nosuch")
+    assert set(bench_models.HEADLINE_MODELS) <= set(bench_models.MODELS)
+    assert set(bench_models.HOLDOUT_MODELS) <= set(bench_models.MODELS)
