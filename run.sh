@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
 # The main job: install conv-core and every plugin into .venv, show what is there, benchmark.
 # On a machine without a GPU it runs on the CPU (aten; Triton kernels only when
-# TRITON_INTERPRET=1 is set), on three small ResNet-50 layers.
+# TRITON_INTERPRET=1 is set), on three small ResNet-50 layers. On a GPU it then runs what a user gets:
+# ResNet-50 plain and converted, eager inference and training steps (needs torchvision).
 set -euo pipefail
 cd "$(dirname "$0")"
+step() { echo "run.sh: $*"; }
+step "creating .venv"
 python3 -m venv .venv
+step "installing conv-core (torch, pluggy, numpy; the first install takes a few minutes)"
 .venv/bin/python -m pip install -q -c constraints.txt -e packages/conv-core
 for plugin in plugins/*/; do
-  [ -f "$plugin/pyproject.toml" ] && .venv/bin/python -m pip install -q -c constraints.txt -e "$plugin"
+  if [ -f "$plugin/pyproject.toml" ]; then
+    step "installing $(basename "$plugin")"
+    .venv/bin/python -m pip install -q -c constraints.txt -e "$plugin"
+  fi
 done
 .venv/bin/conv-core info
 .venv/bin/conv-core backends
 if .venv/bin/python -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then
   .venv/bin/conv-core bench --suite resnet50 --batch 32 --dtype bf16 --layout nhwc --direction fwd "$@"
+  if .venv/bin/python -c 'import torchvision' 2>/dev/null; then
+    step "ResNet-50 plain and converted: eager inference and training step (what a user gets)"
+    .venv/bin/conv-core bench --model resnet50 --batch 32 --dtype bf16 --layout nhwc --modes eager,train
+  else
+    step "skipping the real-model benchmark: torchvision is not installed (pip install torchvision)"
+  fi
 else
   .venv/bin/conv-core bench --suite resnet50 --batch 1 --dtype fp32 --layout nchw --direction fwd --layers 3 \
     --reps 3 --warmup 1 "$@"
