@@ -272,3 +272,11 @@ def test_a_fused_epilogue_is_ranked_on_the_bare_problems_measured_times(monkeypa
     fused = ConvProblem.from_tensors(x, w, b, padding=1, activation="relu")
     best = engine.ranking(fused, x.device).best
     assert (best.kernel_id, best.source) == ("counting:k:c", "tuning-db (no epilogue)")
+
+
+def test_cudnn_benchmark_turns_on_first_use_timing_on_gpus_only(monkeypatch):
+    engine = use_backends(monkeypatch)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    assert engine.benchmark_mode(torch.device("cuda")) and not engine.benchmark_mode(torch.device("cpu"))
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    assert not engine.benchmark_mode(torch.device("cuda"))

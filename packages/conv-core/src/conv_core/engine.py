@@ -85,6 +85,11 @@ class Engine:
 
     # ---- choosing ------------------------------------------------------------
 
+    def benchmark_mode(self, device: torch.device) -> bool:
+        """Whether new problems are timed on first use: ``CONV_CORE_BENCHMARK=1``, or on a GPU
+        ``torch.backends.cudnn.benchmark = True`` (the switch PyTorch users already set for this)."""
+        return self.settings.benchmark or (device.type == "cuda" and torch.backends.cudnn.benchmark)
+
     def check_backend(self, name: str | None, argument: str = "backend") -> None:
         """Raise a ``ValueError`` naming ``argument`` unless ``name`` is None or a backend that loaded."""
         if name is None:
@@ -105,14 +110,15 @@ class Engine:
         """
         backend = None if backend == ANY_BACKEND else backend or self.settings.force_backend
         deterministic = torch.are_deterministic_algorithms_enabled()
-        key = (problem.key, str(device), backend, deterministic)
+        benchmark = self.benchmark_mode(device)
+        key = (problem.key, str(device), backend, deterministic, benchmark)
         found = self._rankings.get(key)
         if found is None:
             # Ranked outside the lock: a backend may itself call conv_core while being asked or timed.
             # Two threads racing on one new problem rank it twice and keep the first result.
-            timing = may_time and self.settings.benchmark and not is_capturing(device)
+            timing = may_time and benchmark and not is_capturing(device)
             ranking = self._rank(problem, device, backend, deterministic, timing)
-            if self.settings.benchmark and not timing:
+            if benchmark and not timing:
                 return ranking
             with self._lock:
                 found = self._rankings.setdefault(key, ranking)

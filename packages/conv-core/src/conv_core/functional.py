@@ -77,7 +77,7 @@ def _new_route(ndim, input, weight, bias, stride, padding, dilation, groups, act
         route = build_route(args, input, weight, bias, needs_grad)
         return _Activated(route, activation), True
     may_time = not torch.cuda.is_current_stream_capturing() if input.is_cuda else True
-    return build_route(args, input, weight, bias, needs_grad, may_time), cacheable(may_time)
+    return build_route(args, input, weight, bias, needs_grad, may_time), cacheable(may_time, input.device)
 
 
 class _Activated:

@@ -104,9 +104,9 @@ def build_route(args: ConvArgs, x: torch.Tensor, w: torch.Tensor, bias: torch.Te
     return Route(args, problem, ranking, backward)
 
 
-def cacheable(may_time: bool) -> bool:
+def cacheable(may_time: bool, device: torch.device) -> bool:
     """Whether a route built now may be kept: not one ranked without the first-use timing it should have."""
-    return may_time or not get_engine().settings.benchmark
+    return may_time or not get_engine().benchmark_mode(device)
 
 
 # ---- the engine's backward directions (eager autograd and the custom ops) ---------------------------
