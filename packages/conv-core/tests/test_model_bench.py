@@ -106,11 +106,20 @@ def test_without_optimize_for_inference_there_is_no_fused_variant(monkeypatch):
     assert not record["fused_available"] and set(record["modes"][0]["variants"]) == {"plain", "conv"}
 
 
+def test_variants_can_be_narrowed_but_plain_always_runs():
+    (mode,) = run_model_bench(tiny_config(modes=("eager",), variants=("conv",)))["modes"]
+    assert set(mode["variants"]) == {"plain", "conv"}
+    with pytest.raises(ValueError, match="unknown mode"):
+        run_model_bench(tiny_config(variants=("fast",)))
+
+
 def test_unknown_mode_and_model_are_usage_errors(capsys):
     assert main(["bench", "--model", "tiny", "--modes", "eager,warp", "--device", "cpu"]) == 2
     assert "unknown mode(s) warp" in capsys.readouterr().err
     assert main(["bench", "--model", "nosuch", "--device", "cpu"]) == 2
     assert "unknown model 'nosuch'" in capsys.readouterr().err
+    assert main(["bench", "--model", "tiny", "--variants", "plain,fast", "--device", "cpu"]) == 2
+    assert "unknown variant(s) fast" in capsys.readouterr().err
 
 
 # ---- the pieces ---------------------------------------------------------------------------------

@@ -33,6 +33,8 @@ def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGr
     g.add_argument("--modes", help=f"--model: comma list of {','.join(MODES)} (default: all; CUDA-only modes are "
                    "skipped on the CPU)")
     g.add_argument("--compile-backend", default="inductor", help="--model: torch.compile's backend (default inductor)")
+    g.add_argument("--variants", default="plain,conv,fused", help="--model: which of plain,conv,fused to run "
+                   "(default all; plain always runs)")
     g.add_argument("--models", help="--holdout: comma list of models (default: "
                    f"{','.join(bench_models.HOLDOUT_MODELS)})")
     g.add_argument("--budget-s", type=float, default=420.0, help="--holdout: seconds for the whole run (default 420)")
@@ -89,17 +91,21 @@ def _quiet(args: argparse.Namespace) -> bool:
 
 
 def _model(args: argparse.Namespace, device) -> dict:
-    from .model_bench import ModelBenchConfig, run_model_bench
+    from .model_bench import VARIANTS, ModelBenchConfig, run_model_bench
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else MODES
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise _usage(f"unknown mode(s) {', '.join(unknown)}; modes: {', '.join(MODES)}")
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise _usage(f"unknown variant(s) {', '.join(unknown)}; variants: {', '.join(VARIANTS)}")
     if args.model not in bench_models.MODELS:
         raise _usage(f"unknown model {args.model!r}; models: {', '.join(bench_models.MODELS)}")
     config = ModelBenchConfig(model=args.model, device=str(device), batch=args.batch, dtype=args.dtype,
                               layout=args.layout, modes=modes, reps=args.reps, warmup=args.warmup,
-                              compile_backend=args.compile_backend)
+                              compile_backend=args.compile_backend, variants=variants)
     try:
         record = run_model_bench(config, log=_log)
     except bench_models.ModelUnavailable as exc:

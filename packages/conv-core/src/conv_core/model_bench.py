@@ -60,6 +60,8 @@ class ModelBenchConfig:
     warmup: int = 3
     compile_backend: str = "inductor"
     seed: int = 0
+    #: Which of :data:`VARIANTS` to run (``plain`` always runs: every ratio is to it).
+    variants: tuple[str, ...] = VARIANTS
 
     @property
     def amp_dtype(self) -> str:
@@ -132,7 +134,7 @@ def make_variants(base: nn.Module, mode: str, config: ModelBenchConfig) -> dict[
     fuse = fuser()
     if mode in INFERENCE_MODES and fuse is not None:
         builders["fused"] = lambda: fuse(conv().eval())
-    return builders
+    return {name: build for name, build in builders.items() if name == "plain" or name in config.variants}
 
 
 # ---- float64 references and errors ------------------------------------------------------------
@@ -206,6 +208,26 @@ def time_interleaved(steps: dict[str, Callable[[], object]], device: torch.devic
     return samples, failed
 
 
+def prepare_variant(mode: str, build: Callable[[], nn.Module], xin: torch.Tensor, refs: References,
+                    config: ModelBenchConfig, entry: dict) -> Runner | None:
+    """Build one variant and make its first call; fill ``entry`` (first-call time, notes, output error, or
+    why it failed). None if it cannot run in ``mode``."""
+    try:
+        runner = prepare(mode, build(), xin, amp_dtype=torch_dtype(config.amp_dtype),
+                         compile_backend=config.compile_backend)
+    except Exception as exc:  # a variant that cannot run in this mode is a result, not a crash
+        entry["failed"] = _failure(exc)
+        return None
+    entry["first_s"], entry["notes"] = runner.first_s, list(runner.notes)
+    if runner.comparable:
+        try:
+            entry["error"] = relative_error(runner.first_output, refs.output(mode not in INFERENCE_MODES))
+        except Exception as exc:  # e.g. an output of another shape: a wrong result, reported as such
+            entry["notes"].append(f"output not compared: {_failure(exc)}")
+    runner.first_output = None
+    return runner
+
+
 def run_mode(mode: str, base: nn.Module, x: torch.Tensor, refs: References, config: ModelBenchConfig,
              log: Log | None = None) -> dict:
     """Every variant of ``base`` in ``mode``: times, ratios to plain, output errors."""
@@ -213,42 +235,30 @@ def run_mode(mode: str, base: nn.Module, x: torch.Tensor, refs: References, conf
     result: dict = {"mode": mode, "skipped": None, "variants": {}, "ratios": {}, "within_tolerance": {}}
     if mode in CUDA_MODES and device.type != "cuda":
         result["skipped"] = "needs a CUDA device"
-        if log is not None:
-            log(describe_mode(config.model, result))
-        return result
-    dtype = _weights_dtype(mode, config)
-    xin = cast_input(x, dtype, config.layout)
-    runners: dict[str, Runner] = {}
-    for name, build in make_variants(base, mode, config).items():
-        entry = result["variants"][name] = {"ms": None, "first_s": None, "error": None, "notes": [], "failed": None}
-        try:
-            runners[name] = runner = prepare(mode, build(), xin, amp_dtype=torch_dtype(config.amp_dtype),
-                                             compile_backend=config.compile_backend)
-        except Exception as exc:  # a variant that cannot run in this mode is a result, not a crash
-            entry["failed"] = _failure(exc)
-            continue
-        entry["first_s"], entry["notes"] = runner.first_s, list(runner.notes)
-        if runner.comparable:
-            try:
-                entry["error"] = relative_error(runner.first_output, refs.output(mode not in INFERENCE_MODES))
-            except Exception as exc:  # e.g. an output of another shape: a wrong result, reported as such
-                entry["notes"].append(f"output not compared: {_failure(exc)}")
-        runner.first_output = None
-    samples, failed = time_interleaved({n: r.step for n, r in runners.items()}, device, warmup=config.warmup,
-                                       reps=config.reps)
-    for name, why in failed.items():
-        result["variants"][name]["failed"] = why
-    for name, times in samples.items():
-        entry = result["variants"][name]
-        entry["samples_ms"] = times
-        entry["ms"] = statistics.median(times) if times else None
-    _judge(result, config.amp_dtype if mode in AMP_MODES else config.dtype)
+    else:
+        xin = cast_input(x, _weights_dtype(mode, config), config.layout)
+        steps = {}
+        for name, build in make_variants(base, mode, config).items():
+            entry = result["variants"][name] = {"ms": None, "first_s": None, "error": None, "notes": [],
+                                                "failed": None}
+            runner = prepare_variant(mode, build, xin, refs, config, entry)
+            if runner is not None:
+                steps[name] = runner.step
+        del runner
+        samples, failed = time_interleaved(steps, device, warmup=config.warmup, reps=config.reps)
+        del steps  # the variants' modules, graphs and compiled code go with their steps
+        for name, why in failed.items():
+            result["variants"][name]["failed"] = why
+        for name, times in samples.items():
+            entry = result["variants"][name]
+            entry["samples_ms"] = times
+            entry["ms"] = statistics.median(times) if times else None
+        _judge(result, config.amp_dtype if mode in AMP_MODES else config.dtype)
+        if mode.startswith("compile"):
+            torch._dynamo.reset()
+        _free(device)
     if log is not None:
         log(describe_mode(config.model, result))
-    del runners
-    if mode.startswith("compile"):
-        torch._dynamo.reset()
-    _free(device)
     return result
 
 
@@ -326,9 +336,10 @@ def model_picks(base: nn.Module, x: torch.Tensor, config: ModelBenchConfig) -> d
 
 def run_model_bench(config: ModelBenchConfig, log: Log | None = None) -> dict:
     """Run ``config.model`` in every mode of ``config``; the JSON-ready record (without its stamp)."""
-    unknown = [m for m in config.modes if m not in MODES]
+    unknown = [m for m in config.modes if m not in MODES] + [v for v in config.variants if v not in VARIANTS]
     if unknown:
-        raise ValueError(f"unknown mode(s) {', '.join(unknown)}; modes: {', '.join(MODES)}")
+        raise ValueError(f"unknown mode(s) or variant(s) {', '.join(unknown)}; modes: {', '.join(MODES)}; "
+                         f"variants: {', '.join(VARIANTS)}")
     spec = bench_models.get(config.model)
     device = torch.device(config.device)
     batch = config.batch or spec.default_batch
