@@ -74,6 +74,14 @@ def test_a_later_run_of_a_model_replaces_its_modes():
     assert runs.ratios("train") == {"resnet50": 0.75}  # kept from the earlier run
 
 
+def test_what_limits_an_eager_mode_is_read_from_its_graph_mode():
+    slower = model_record("mobilenet_v3_large", [mode("eager", 5.0, 7.0), mode("graph", 3.0, 3.5)])
+    page = render([*records(), slower])
+    assert "| resnet50 | eager | 3 | 2 | 7 | 6 | conv-core ahead on both |" in page
+    assert "| mobilenet_v3_large | eager | 3 | 3.5 | 2 | 3.5 | host (+1.5 ms) |" in page
+    assert "convnext_tiny | eager" not in page.split("## What limits")[1].split("##")[0]  # its graph was skipped
+
+
 def test_target_verdicts():
     at_least, at_most = Target("a", lambda runs: (None, ""), 1.05), Target("b", lambda runs: (None, ""), 1.1, False)
     assert at_least.verdict(1.05) == "met" and at_least.verdict(0.945) == "missed by 10.0%"

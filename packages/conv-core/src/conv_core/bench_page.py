@@ -243,6 +243,47 @@ def times_section(runs: Runs) -> list[str]:
                     rows, "llrrrrr")]
 
 
+#: (eager mode, its CUDA-graph counterpart): a graph replays the GPU work without the host's, so the
+#: difference between the two is what the host adds.
+HOST_AND_GPU = (("eager", "graph"), ("train", "graph_train"))
+
+
+def limit(eager: dict, graph: dict) -> tuple[float, float, float, float] | None:
+    """(plain GPU ms, conv GPU ms, plain host ms, conv host ms) from an eager mode and its graph mode."""
+    try:
+        pg, cg = graph["variants"]["plain"]["ms"], graph["variants"]["conv"]["ms"]
+        pe, ce = eager["variants"]["plain"]["ms"], eager["variants"]["conv"]["ms"]
+    except KeyError:
+        return None
+    if None in (pg, cg, pe, ce):
+        return None
+    return pg, cg, max(0.0, pe - pg), max(0.0, ce - cg)
+
+
+def limits_section(runs: Runs) -> list[str]:
+    rows = []
+    for model, merged in runs.models.items():
+        for eager_mode, graph_mode in HOST_AND_GPU:
+            found = limit(merged["modes"].get(eager_mode, {}), merged["modes"].get(graph_mode, {}))
+            if found is None:
+                continue
+            pg, cg, ph, ch = found
+            gpu, host = cg - pg, ch - ph
+            if gpu <= 0 and host <= 0:
+                verdict = "conv-core ahead on both"
+            else:
+                verdict = f"{'GPU' if gpu >= host else 'host'} ({max(gpu, host):+.3g} ms)"
+            rows.append([model, eager_mode, _num(pg), _num(cg), _num(ph), _num(ch), verdict])
+    if not rows:
+        return []
+    return ["## What limits the eager modes", "",
+            "GPU ms: the CUDA-graph replay of the same work (graph, graph_train; the latter without the optimizer "
+            "step); host ms: what the eager iteration takes beyond it. The verdict names the larger of conv-core's "
+            "extra GPU time and extra host time over plain PyTorch.", "",
+            *_table(["model", "mode", "plain GPU ms", "conv GPU ms", "plain host ms", "conv host ms", "limit"], rows,
+                    "llrrrrl")]
+
+
 def errors_section(runs: Runs) -> list[str]:
     rows = []
     for model, merged in runs.models.items():
@@ -339,7 +380,8 @@ def render(records: list[dict]) -> str:
                 ratios_section(runs, "conv", "## Time ratio per model and mode (converted model)"),
                 ratios_section(runs, "fused", "## Time ratio per model and mode (converted and fused, "
                                               "`optimize_for_inference`)"),
-                times_section(runs) if runs.models else [], errors_section(runs) if runs.models else [],
+                times_section(runs) if runs.models else [], limits_section(runs),
+                errors_section(runs) if runs.models else [],
                 picks_section(runs) if runs.models else [], notes_section(runs), ddp_section(runs),
                 host_section(runs), holdout_section(runs), commands_section(runs)]
     return "\n\n".join("\n".join(s).rstrip() for s in sections if s) + "\n"
