@@ -262,9 +262,9 @@ def forced(arch: str, kernel: str, config):
     problem = config_problem(arch, config, kernel)
     if kernel.startswith("bwd_weight"):
         p = plan.make_bwd_weight_plan(problem, kernel, config, tab)
-        return problem, p, functools.partial(launch.run_bwd_weight, problem, p)
+        return problem, p, launch.runner(problem, p)
     p = plan.make_plan(problem, kernel, config, tab)
-    return problem, p, functools.partial(launch.run, problem, p)
+    return problem, p, launch.runner(problem, p)
 
 
 def stage_configs(run: Run, device: torch.device, arch: str) -> None:
@@ -363,8 +363,8 @@ def _time_candidates(problem: ConvProblem, device: torch.device, reps: int, oper
             us = median_us(lambda c=candidate: c.run(*operands), device, reps=reps)
             entry.update(us=round(us, 1), tflops=round(tflops(us), 1), vs_cudnn=round(cudnn_us / us, 3),
                          rel_l2_vs_cudnn=rel)
-            if hasattr(candidate.run.args[1], "splits"):
-                entry["splits"] = candidate.run.args[1].splits
+            if hasattr(candidate.run.plan, "splits"):
+                entry["splits"] = candidate.run.plan.splits
             if not rel < 2e-2:
                 failures.append(f"{candidate.kernel}: relative L2 {rel:.3g} vs cuDNN")
         except Exception as exc:
@@ -476,7 +476,7 @@ def planned(arch: str = "sm_90", stages=STAGES) -> list[tuple[str, str, ConvProb
     def add(stage, name, problem):
         if stage in stages:
             for candidate in gluon_candidates(problem, device)[0]:
-                found.append((stage, f"{name} {candidate.kernel}", problem, candidate.run.args[1]))
+                found.append((stage, f"{name} {candidate.kernel}", problem, candidate.run.plan))
 
     for name, fields in ISSUE_SHAPES.items():
         add("issue", name, make(arch, fields))
@@ -515,23 +515,25 @@ def config_problem(arch: str, config, kernel: str = "fwd_gather") -> ConvProblem
 
 def _kernel_key(problem: ConvProblem, p) -> tuple:
     """What Triton's JIT specializes a candidate's launches on (two with one key share compiled kernels)."""
-    from conv_gluon import plan
+    from conv_gluon import plan, specialization
     from conv_gluon.kernels.fwd import conv_fwd
+
+    def described(tmap, dtype):
+        return f"{dtype}{tmap.block}"
 
     if isinstance(p, plan.WeightGradPlan):
         from conv_gluon.kernels.bwd_weight import conv_bwd_weight, sum_splits
 
-        signature, constexprs, _ = plan.aot_specialization(p, conv_bwd_weight.arg_names, plan.role_dtypes(problem, p),
-                                                           lambda tmap, dtype: f"{dtype}{tmap.block}")
-        second = plan.sum_specialization(p, sum_splits.arg_names)[:2] if p.split else None
+        signature, constexprs, _ = specialization.plan_specialization(
+            p, conv_bwd_weight, specialization.role_dtypes(problem, p), described)
+        second = specialization.sum_specialization(p, sum_splits)[:2] if p.split else None
         return (tuple(signature.items()), tuple(constexprs.items()), p.maxnreg,
                 None if second is None else (tuple(second[0].items()), tuple(second[1].items())))
-    launches = [(ph.plan, ph.y_offset) for ph in p.phases] if isinstance(p, plan.DataGradPlan) else [(p, 0)]
+    launches = [ph.plan for ph in p.phases] if isinstance(p, plan.DataGradPlan) else [p]
     key = []
-    for lp, y_offset in launches:
-        unaligned = ("y_ptr",) if y_offset * 2 % 16 else ()
-        signature, constexprs, _ = plan.aot_specialization(lp, conv_fwd.arg_names, plan.role_dtypes(problem),
-                                                           lambda tmap, dtype: f"{dtype}{tmap.block}", unaligned)
+    for lp in launches:
+        signature, constexprs, _ = specialization.plan_specialization(lp, conv_fwd, specialization.role_dtypes(problem),
+                                                                      described)
         key.append((tuple(signature.items()), tuple(constexprs.items()), lp.maxnreg))
     return tuple(key)
 

@@ -58,13 +58,13 @@ def run(plan: Plan, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
     """What the kernel would write for ``plan`` on dense channels-last CPU operands (NaN: never written)."""
     y = torch.full((int(torch.tensor(out_shape).prod()),), float("nan"), dtype=torch.float64)
     launch(plan, _flat_nhwc(x).double(), weights.weight_matrix(w, plan.weight, DerivedWeightCache()).double(), bias,
-           y, 0)
+           y)
     return _unflatten(y, out_shape, out_dtype)
 
 
 def run_bwd_data(dplan: DataGradPlan, problem, dy: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """What ``launch.run_bwd_data`` would produce: the tap-less phases zeroed, every phase's launch replayed on
-    its own weight matrix, writing from its offset in ``dx``."""
+    its own weight matrix, writing from its first pixel in ``dx``."""
     shape = problem.result_shape
     y = torch.full((int(torch.tensor(shape).prod()),), float("nan"), dtype=torch.float64)
     nhwc = y.view(shape[0], *shape[2:], shape[1])
@@ -77,7 +77,7 @@ def run_bwd_data(dplan: DataGradPlan, problem, dy: torch.Tensor, w: torch.Tensor
     dyf = _flat_nhwc(dy).double()
     for phase in dplan.phases:
         matrix = weights.pack_transposed(w, problem.groups, phase.taps_h, phase.taps_w, phase.plan.weight.c_pad)
-        launch(phase.plan, dyf, matrix.double(), None, y, phase.y_offset)
+        launch(phase.plan, dyf, matrix.double(), None, y)
     return _unflatten(y, shape, torch_dtype(problem.result_dtype))
 
 
@@ -86,10 +86,9 @@ def _unflatten(y: torch.Tensor, out_shape, out_dtype) -> torch.Tensor:
     return y.view(n, *out_shape[2:], k).movedim(-1, 1).to(out_dtype)
 
 
-def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor,
-           y_offset: int) -> None:
+def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor) -> None:
     """One launch of the kernel: ``xf`` the input's storage, ``wmat`` the weight matrix, writing into the flat
-    ``y`` from ``y_offset`` (float64 throughout; the activation in float32 as the kernel does)."""
+    ``y`` from its pixel ``Y_START`` (float64 throughout; the activation in float32 as the kernel does)."""
     s, c = dict(plan.scalars), dict(plan.constexprs)
     bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
     box = c["A_MODE"] == A_MODES["tma_box"]
@@ -131,13 +130,13 @@ def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor 
             b = torch.where(bmask, wmat[wr.clamp(max=w_rows - 1)][:, wc.clamp(max=w_cols - 1)], 0.0)
             acc += a @ b.T
         out = activation(acc, c["ACTIVATION"]).double()
-        row_off = img * s["sy_n"] + p * s["sy_h"] + q * s["sy_w"]
+        row_off = (s["Y_START"] + img * s["sy_n"] + p * s["sy_h"] + q * s["sy_w"]) * s["Y_CHANNELS"]
         cmask = cols < s["K_G"] - n0
         if c.get("TMA_STORE"):  # the TMA copy clips at the output's edges only: the tile must stay in its group
-            assert plan.y_map.block == (1, c["BOX_H"], c["BOX_W"], bn) and y_offset == 0
+            assert plan.y_map.block == (1, c["BOX_H"], c["BOX_W"], bn) and s["Y_START"] == 0
             assert bool(cmask.all()) or g * s["K_G"] + n0 + bn >= plan.y_map.shape[-1]
         mask = row_ok[:, None] & cmask[None, :]
-        offs = y_offset + g * s["K_G"] + n0 + row_off[:, None] + cols[None, :]
+        offs = g * s["K_G"] + n0 + row_off[:, None] + cols[None, :]
         assert bool((offs[mask] < y.numel()).all()), "a store beyond the output"
         assert bool(torch.isnan(y[offs[mask]]).all()), "an element written twice"
         y[offs[mask]] = out[mask]

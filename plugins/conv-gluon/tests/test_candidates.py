@@ -179,12 +179,12 @@ def test_weight_gradient_tags_and_workspace():
     tab = configs.table("sm_90")
     small = answer(problem(batch=1, input_size=(8, 8)).with_direction("bwd_weight"))
     for c in small:
-        p = c.run.args[1]
+        p = c.run.plan
         assert not p.split and c.workspace_bytes == 0
         assert c.tags == tags(c)
     big = problem(batch=32, in_channels=40, out_channels=36, input_size=(56, 56)).with_direction("bwd_weight")
     for c in answer(big):
-        p = c.run.args[1]
+        p = c.run.plan
         assert p.split and p.c_pad == 48 and p.dy_channels == 40
         assert c.workspace_bytes == p.splits * 36 * 9 * 48 * 4 + 32 * 56 * 56 * 40 * 2
         assert c.workspace_bytes <= tab.weight_grad.max_workspace_bytes + p.dy_copy_bytes

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from conv_core.aot import compile_in_subprocess
 from conv_core.arch import spec
-from conv_gluon import aot, configs, plan, sweep
+from conv_gluon import aot, configs, plan, specialization, sweep
 
 JOBS = aot.jobs()
 
@@ -74,7 +74,7 @@ def test_wgmma_shapes_follow_the_tiles(compiled):
             continue
         config = aot.find_config(aot.MODES[result["job"]["mode"]][0], result["job"]["config"])
         n = config.block_n // (2 if config.block_n >= 256 and config.num_warps == 8 else 1)
-        dtype = plan.TRITON_DTYPE[result["job"]["dtype"]].replace("fp", "f")
+        dtype = specialization.TRITON_DTYPE[result["job"]["dtype"]].replace("fp", "f")
         assert result["wgmma"] == [f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype}"], result["id"]
 
 

@@ -56,7 +56,7 @@ def test_the_kit_has_cases_in_every_direction_and_mode():
     assert {c.kernel for _, c in CASES} == set(plan.KERNELS)
     modes = set()
     for _, c in CASES:
-        p = c.run.args[1]
+        p = c.run.plan
         modes |= {ph.plan.a_mode for ph in p.phases} if isinstance(p, plan.DataGradPlan) else {p.a_mode}
     assert modes == {"cp_async", "registers", "tma_box"}
 
@@ -64,7 +64,7 @@ def test_the_kit_has_cases_in_every_direction_and_mode():
 @pytest.mark.parametrize("problem, candidate", CASES, ids=[f"{p.key} {c.kernel}" for p, c in CASES])
 def test_candidate_on_the_kits_problem(problem, candidate):
     replayed = Candidate(candidate.backend, candidate.kernel, candidate.config,
-                         run=functools.partial(emulated_run, problem, candidate.run.args[1]),
+                         run=functools.partial(emulated_run, problem, candidate.run.plan),
                          estimate_us=candidate.estimate_us, tags=candidate.tags,
                          workspace_bytes=candidate.workspace_bytes)
     outcome = check_candidate(problem, replayed, "cpu", seed=0)

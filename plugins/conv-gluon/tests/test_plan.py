@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conv_core.problem import ConvProblem
-from conv_gluon import configs, plan
+from conv_gluon import configs, plan, specialization
 from conv_gluon.kernels.codes import A_MODES, ACTIVATIONS
 
 TAB = configs.table("sm_90")
@@ -30,7 +30,7 @@ def test_scalars_are_dense_nhwc_geometry():
     assert (s["C_G"], s["K_G"], s["S"], s["TAPS"]) == (16, 24, 5, 15)
     assert (s["STRIDE_H"], s["STRIDE_W"], s["PAD_H"], s["PAD_W"], s["DIL_H"], s["DIL_W"]) == (2, 1, 1, 2, 1, 2)
     assert (s["sx_n"], s["sx_h"], s["sx_w"]) == (11 * 9 * 32, 9 * 32, 32)
-    assert (s["sy_n"], s["sy_h"], s["sy_w"]) == (oh * ow * 48, ow * 48, 48)
+    assert (s["sy_n"], s["sy_h"], s["sy_w"], s["Y_START"], s["Y_CHANNELS"]) == (oh * ow, ow, 1, 0, 48)  # pixels
     assert s["NUM_TILES"] == s["TILES_M"] * s["TILES_N"] * 2
 
 
@@ -103,14 +103,16 @@ def test_aot_specialization_mirrors_the_jit():
     from conv_gluon.kernels.fwd import conv_fwd
 
     p = make(problem(stride=1, dilation=1, padding=2, filter_size=5), "fwd_box")
-    signature, consts, attrs = plan.aot_specialization(p, conv_fwd.arg_names, plan.role_dtypes(problem()),
-                                                       lambda tmap, dtype: f"desc{tmap.block}")
+    signature, consts, attrs = specialization.plan_specialization(p, conv_fwd, specialization.role_dtypes(problem()),
+                                                                  lambda tmap, dtype: f"desc{tmap.block}")
     names = conv_fwd.arg_names
     assert signature["x"] == f"desc{p.x_map.block}" and signature["w_desc"] == f"desc{p.w_map.block}"
     assert signature["y_ptr"] == "*bf16" and attrs[(names.index("y_ptr"),)] == [["tt.divisibility", 16]]
     assert consts["STRIDE_H"] == 1 and signature["STRIDE_H"] == "constexpr"  # 1 becomes a constant
     assert signature["PAD_H"] == "i32" and (names.index("PAD_H"),) not in attrs
-    assert (names.index("sx_n"),) in attrs  # 12 * 10 * 64: divisible by 16
+    assert (names.index("Y_CHANNELS"),) in attrs and (names.index("sx_w"),) in attrs  # 96 and 64 channels
+    # the shape's arguments stay plain integers, even divisible by 16 (12 * 10 * 64) or equal to 1 (one tile row)
+    assert signature["sx_n"] == "i32" and (names.index("sx_n"),) not in attrs and "sx_n" not in consts
     assert consts["num_warps"] == p.num_warps and consts["BLOCK_M"] == p.config.block_m
     assert set(signature) == set(names)
 
@@ -148,11 +150,11 @@ def test_data_gradient_plan():
         s = dict(phase.plan.scalars)
         assert (s["H"], s["W"], s["C_G"], s["K_G"]) == (7, 6, 72, 40)  # dy in, dx's channels out
         assert (s["STRIDE_H"], s["STRIDE_W"]) == (1, 1)
-        assert (s["sy_n"], s["sy_h"], s["sy_w"]) == (h * w * c, 2 * w * c, 2 * c)
+        assert (s["sy_n"], s["sy_h"], s["sy_w"], s["Y_CHANNELS"]) == (h * w, 2 * w, 2, c)  # strides in pixels
         assert s["TAPS"] == len(phase.taps_h) * len(phase.taps_w)
         assert phase.plan.weight.rows == c and phase.plan.weight.c_pad % phase.plan.config.block_k == 0
         assert phase.plan.kernel == "bwd_data_gather"
-    assert sorted(ph.y_offset for ph in dplan.phases) == [0, c, w * c, w * c + c]
+    assert sorted(dict(ph.plan.scalars)["Y_START"] for ph in dplan.phases) == [0, 1, w, w + 1]
     assert sum(len(ph.taps_h) * len(ph.taps_w) for ph in dplan.phases) == 9  # each tap once
     assert dplan.workspace_bytes == sum(ph.plan.weight.numel for ph in dplan.phases) * 2
     with pytest.raises(ValueError, match="unknown bwd_data kernel"):
@@ -255,18 +257,18 @@ def test_weight_gradient_specialization():
     p = problem(batch=32, input_size=(28, 28)).with_direction("bwd_weight")
     wp = wgrad(p, "bwd_weight_box")
     assert wp.split
-    dtypes = plan.role_dtypes(p, wp)
+    dtypes = specialization.role_dtypes(p, wp)
     assert dtypes == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "float32", "out_desc": "float32"}
-    signature, consts, attrs = plan.aot_specialization(wp, conv_bwd_weight.arg_names, dtypes,
-                                                       lambda tmap, dtype: f"desc{tmap.block}")
+    signature, consts, attrs = specialization.plan_specialization(wp, conv_bwd_weight, dtypes,
+                                                                  lambda tmap, dtype: f"desc{tmap.block}")
     names = conv_bwd_weight.arg_names
     assert signature["dy_desc"] == f"desc{wp.dy_map.block}" and signature["x"] == f"desc{wp.x_map.block}"
     assert signature["out_desc"] == f"desc{wp.out_map.block}" and consts["TMA_STORE"] is True
     assert signature["out_ptr"] == "*fp32" and (names.index("out_ptr"),) in attrs
     assert consts["STRIDE_H"] == 1 and consts["GROUPS"] == 1 and set(signature) == set(names)
-    sig, consts, _ = plan.sum_specialization(wp, sum_splits.arg_names)
+    sig, consts, _ = specialization.sum_specialization(wp, sum_splits)
     assert sig["ws_ptr"] == "*fp32" and sig["out_ptr"] == "*bf16" and consts["BLOCK"] == wp.reduce.block
-    assert plan.role_dtypes(p) == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "bfloat16",
+    assert specialization.role_dtypes(p) == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "bfloat16",
                                    "out_desc": "bfloat16"}
 
 

@@ -164,10 +164,23 @@ def test_phase_weights_are_cached_apart_from_the_forward_copy():
     cache = DerivedWeightCache()
     w = weight(k=4, c=8)
     fwd = weights.weight_matrix(w, WeightMatrix(4, 6, 8, 16), cache)
-    ph0 = weights.phase_matrix(w, 1, (2, 0), (1,), 16, cache)
-    ph1 = weights.phase_matrix(w, 1, (1,), (0, 1), 16, cache)
-    assert len(cache) == 3 and fwd.shape != ph0.shape and ph0.data_ptr() != ph1.data_ptr()
-    assert weights.phase_matrix(w, 1, (2, 0), (1,), 16, cache) is ph0
+    phases = (((2, 0), (1,), 16), ((1,), (0, 1), 16))
+    ph0, ph1 = weights.phase_matrices(w, 1, phases, cache)
+    assert len(cache) == 2 and fwd.shape != ph0.shape and ph0.data_ptr() != ph1.data_ptr()
+    assert torch.equal(ph1, weights.pack_transposed(w, 1, (1,), (0, 1), 16))
+    assert weights.phase_matrices(w, 1, phases, cache)[0] is ph0
     with torch.no_grad():
         w.mul_(2)
-    assert weights.phase_matrix(w, 1, (2, 0), (1,), 16, cache) is not ph0
+    assert weights.phase_matrices(w, 1, phases, cache)[0] is not ph0
+
+
+@pytest.mark.parametrize("taps_h, taps_w", [((4, 2, 0), (3, 1)), ((0, 2, 4), (2,)), ((3, 0), (3, 2, 1, 0))])
+def test_phase_taps_are_picked_as_an_index_would(taps_h, taps_w):
+    """Slices (and flips) pick the same taps in the same order as indexing with the lists, which a CUDA graph
+    capture refuses (the list is copied from the host)."""
+    w = torch.randn(6, 3, 5, 4).to(torch.bfloat16)
+    m = weights.pack_transposed(w, 2, taps_h, taps_w, 8)
+    expected = w.reshape(2, 3, 3, 5, 4)[:, :, :, list(taps_h)][..., list(taps_w)].permute(0, 2, 3, 4, 1)
+    assert torch.equal(m.view(2, 3, len(taps_h), len(taps_w), 8)[..., :3], expected)
+    with pytest.raises(ValueError, match="evenly spaced"):
+        weights.pack_transposed(w, 2, (4, 1, 0), taps_w, 8)

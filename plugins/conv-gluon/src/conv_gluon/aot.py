@@ -24,7 +24,8 @@ bfloat16, and in float16 once with an output channel count that is not a multipl
 stages the tile through shared memory, and the ring may be shallower); a few geometries catch what the JIT
 specializes on (arguments equal to 1 become constants: stride 1, dilation 1, a 1D problem; no bias, no
 activation; a float32 output; every box shape) and the data gradient's phases (negative padding, an output
-that starts unaligned inside ``dx``).
+that starts inside ``dx``). Arguments that change with the batch or the image size are compiled as the JIT
+takes them: plain integers (:mod:`conv_gluon.specialization`).
 
 The weight gradient (``kernels/bwd_weight.py``) is compiled the same way for each of its configurations and
 ways of bringing ``x`` (``wgrad_*`` modes) on a split problem (float32 partial stores), in bfloat16 and
@@ -49,9 +50,9 @@ from dataclasses import asdict, dataclass
 
 from conv_core.aot import compile_all, ptxas_stats
 from conv_core.arch import spec
-from conv_core.problem import ConvProblem, element_size
+from conv_core.problem import ConvProblem
 
-from . import configs, plan, sweep, tiling
+from . import configs, plan, specialization, sweep, tiling
 
 TARGET = "sm_90"
 
@@ -92,7 +93,7 @@ SHAPES = {
                    activation=None),
     "1x1-f32out": dict(batch=2, input_size=(16, 16), filter_size=1, stride=1, padding=0, dilation=1,
                        out_dtype="float32"),
-    # the data gradient, its last stride phase: an output starting inside dx (unaligned: an odd channel count),
+    # the data gradient, its last stride phase: an output starting inside dx (Y_START; an odd channel count),
     # a dilation, a negative padding (the forward padding exceeds the filter's reach)
     "bwd-s2": dict(batch=2, input_size=(19, 18), filter_size=3, stride=2, padding=1, dilation=1),
     "bwd-s2-dil3": dict(batch=1, input_size=(17, 20), filter_size=(5, 3), stride=2, padding=(4, 1), dilation=(3, 1)),
@@ -129,7 +130,7 @@ class Job:
 
     @property
     def id(self) -> str:
-        return f"{TARGET}-{self.mode}-{self.shape}-{self.config}-{plan.TRITON_DTYPE[self.dtype]}"
+        return f"{TARGET}-{self.mode}-{self.shape}-{self.config}-{specialization.TRITON_DTYPE[self.dtype]}"
 
     @property
     def kernel(self) -> str:
@@ -231,16 +232,15 @@ def find_config(kernel: str, name: str) -> configs.TileConfig:
     return next(c for c in compiled_configs(plan.KERNELS[kernel]) if c.name == name)
 
 
-def job_plan(job: Job) -> tuple[ConvProblem, plan.Plan | plan.WeightGradPlan, tuple[str, ...]]:
-    """The job's problem, the launch it compiles and the pointers that launch gets unaligned."""
+def job_plan(job: Job) -> tuple[ConvProblem, plan.Plan | plan.WeightGradPlan]:
+    """The job's problem and the launch it compiles."""
     config = find_config(job.kernel, job.config)
     problem = representative_problem(job, config)
     if problem.direction == "bwd_weight":
-        return problem, plan.make_bwd_weight_plan(problem, job.kernel, config, configs.table(TARGET)), ()
+        return problem, plan.make_bwd_weight_plan(problem, job.kernel, config, configs.table(TARGET))
     if problem.direction == "bwd_data":
-        last = plan.make_bwd_data_plan(problem, job.kernel, config, configs.table(TARGET)).phases[-1]
-        return problem, last.plan, ("y_ptr",) if last.y_offset * element_size(problem.dtype) % 16 else ()
-    return problem, plan.make_plan(problem, job.kernel, config, configs.table(TARGET)), ()
+        return problem, plan.make_bwd_data_plan(problem, job.kernel, config, configs.table(TARGET)).phases[-1].plan
+    return problem, plan.make_plan(problem, job.kernel, config, configs.table(TARGET))
 
 
 # ---- compiling and reading the output -----------------------------------------------------------------
@@ -274,16 +274,15 @@ def facts(ptx: str, sass: str, ptxas_log: str) -> dict:
     return found
 
 
-def compile_plan(p: plan.Plan | plan.WeightGradPlan, dtypes: dict[str, str], unaligned: tuple[str, ...] = ()):
-    """Compile one plan's kernel for sm_90a; return ``(compiled kernel, facts)``."""
+def compile_plan(p: plan.Plan | plan.WeightGradPlan, dtypes: dict[str, str]):
+    """Compile one plan's kernel for sm_90a as the JIT specializes it; return ``(compiled kernel, facts)``."""
     from . import descriptors
 
     if isinstance(p, plan.WeightGradPlan):
         from .kernels.bwd_weight import conv_bwd_weight as kernel
     else:
         from .kernels.fwd import conv_fwd as kernel
-    signature, constexprs, attrs = plan.aot_specialization(p, kernel.arg_names, dtypes, descriptors.signature,
-                                                           unaligned)
+    signature, constexprs, attrs = specialization.plan_specialization(p, kernel, dtypes, descriptors.signature)
     return _compile(kernel, signature, constexprs, attrs, dict(num_warps=p.num_warps, maxnreg=p.maxnreg))
 
 
@@ -291,7 +290,7 @@ def compile_sum(p: plan.WeightGradPlan):
     """Compile the weight gradient's second stage for ``p`` for sm_90a; return ``(compiled kernel, facts)``."""
     from .kernels.bwd_weight import sum_splits
 
-    signature, constexprs, attrs = plan.sum_specialization(p, sum_splits.arg_names)
+    signature, constexprs, attrs = specialization.sum_specialization(p, sum_splits)
     return _compile(sum_splits, signature, constexprs, attrs, dict(num_warps=p.reduce.num_warps))
 
 
@@ -314,7 +313,7 @@ def compile_job(job: Job) -> dict:
     started = time.perf_counter()
     result = dict(job=asdict(job), id=job.id, shared_limit=spec(TARGET).shared_memory_bytes)
     try:
-        problem, p, unaligned = job_plan(job)
+        problem, p = job_plan(job)
         if job.mode == SUM_MODE:
             compiled, found = compile_sum(p)
             result.update(ok=True, kind="sum", shared=compiled.metadata.shared, splits=p.splits, **found)
@@ -327,8 +326,7 @@ def compile_job(job: Job) -> dict:
                       staged_epilogue=bool(p.staging_bytes), in_flight=getattr(p, "in_flight", 1),
                       tma_store_planned=bool(dict(p.constexprs).get("TMA_STORE")),
                       shared_bound=p.shared_bound)
-        compiled, found = compile_plan(p, plan.role_dtypes(problem, p), unaligned)
-        result["unaligned"] = list(unaligned)
+        compiled, found = compile_plan(p, specialization.role_dtypes(problem, p))
         result.update(ok=True, shared=compiled.metadata.shared, **found)
     except Exception as exc:  # reported per job; the test fails on it
         result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:3000])

@@ -28,7 +28,6 @@ measured tables).
 
 from __future__ import annotations
 
-import functools
 import re
 
 import torch
@@ -126,10 +125,10 @@ def candidate(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
     and what the offline sweep (:mod:`conv_gluon.sweep`) times with each configuration of its space."""
     from . import launch  # torch only; Gluon is imported on the first run
 
-    make, run = {"fwd": (plan.make_plan, launch.run), "bwd_data": (plan.make_bwd_data_plan, launch.run_bwd_data),
-                 "bwd_weight": (plan.make_bwd_weight_plan, launch.run_bwd_weight)}[problem.direction]
+    make = {"fwd": plan.make_plan, "bwd_data": plan.make_bwd_data_plan,
+            "bwd_weight": plan.make_bwd_weight_plan}[problem.direction]
     p = make(problem, kernel, config, tab)
-    return Candidate(BACKEND, kernel, p.config_name, run=functools.partial(run, problem, p),
+    return Candidate(BACKEND, kernel, p.config_name, run=launch.runner(problem, p),
                      estimate_us=estimate(problem, p, tab), tags=tags(p, tab), workspace_bytes=p.workspace_bytes)
 
 
@@ -138,8 +137,10 @@ AnyPlan = plan.Plan | plan.DataGradPlan | plan.WeightGradPlan
 
 def tags(p: AnyPlan, tab: configs.ArchTable) -> frozenset[str]:
     """``deterministic`` (no atomics, a fixed reduction order per tile, and for the weight gradient per split
-    and over the splits), ``cuda_graph_safe`` (no host synchronisation; weight copies are rebuilt inside a
-    capture, workspaces come from torch's allocator), ``needs_workspace`` with a weight copy (padded, or a
+    and over the splits), ``cuda_graph_safe`` (every run, in every direction: no host synchronisation and no copy
+    from the host; weight copies are derived on the device inside a capture; workspaces have the same size on
+    every call and come from torch's allocator: ``tests/test_host_path.py``, ``tests/test_cuda_graphs.py``),
+    ``needs_workspace`` with a weight copy (padded, or a
     data-gradient phase's) or the weight gradient's float32 partials or padded ``dy``, ``experimental`` while
     the kernel's family is not measured on the architecture (:meth:`configs.ArchTable.is_measured`)."""
     result = {"deterministic", "cuda_graph_safe"}

@@ -14,6 +14,9 @@ from .plan import TensorMap
 #: Gluon element types of the dtypes a descriptor may hold.
 GL_DTYPE = {"float16": gl.float16, "bfloat16": gl.bfloat16, "float32": gl.float32}
 
+#: Whether a descriptor's fields can be filled in directly (a plain dataclass, as in triton 3.6 to 3.9).
+FILLABLE = not hasattr(TensorDescriptor, "__slots__")
+
 
 def layout(tmap: TensorMap, dtype: str) -> gl.NVMMASharedLayout:
     """The shared-memory layout a box lands in: the widest swizzle its rows allow (what the kernel's
@@ -21,8 +24,30 @@ def layout(tmap: TensorMap, dtype: str) -> gl.NVMMASharedLayout:
     return gl.NVMMASharedLayout.get_default_for(list(tmap.block), GL_DTYPE[dtype])
 
 
+class Binding:
+    """``tmap``'s descriptor on any 16-byte aligned tensor of ``dtype``, made cheaply on every launch.
+
+    ``TensorDescriptor(...)`` checks its fields and the layout is derived each time: tens of microseconds of
+    host time per descriptor. Everything but the tensor is fixed by the plan, so the fields are checked once
+    here (on a stand-in of the dtype) and each call fills a descriptor with them and the call's tensor (whose
+    alignment the launch guarantees). Nothing is kept of the tensors: a descriptor lives for one launch.
+    """
+
+    def __init__(self, tmap: TensorMap, dtype: str) -> None:
+        self.fields = dict(shape=list(tmap.shape), strides=list(tmap.strides), block_shape=list(tmap.block),
+                           layout=layout(tmap, dtype), padding="zero")
+        TensorDescriptor(torch.empty(0, dtype=torch_dtype(dtype), device="meta"), **self.fields)  # checks them
+
+    def __call__(self, tensor: torch.Tensor) -> TensorDescriptor:
+        if not FILLABLE:
+            return TensorDescriptor(tensor, **self.fields)
+        descriptor = TensorDescriptor.__new__(TensorDescriptor)
+        descriptor.__dict__.update(self.fields, base=tensor)
+        return descriptor
+
+
 def build(tensor: torch.Tensor, tmap: TensorMap) -> TensorDescriptor:
-    """The descriptor of ``tensor`` (whose storage holds ``tmap.shape`` with ``tmap.strides``)."""
+    """The descriptor of ``tensor`` (whose storage holds ``tmap.shape`` with ``tmap.strides``), checked."""
     dtype = str(tensor.dtype).removeprefix("torch.")
     return TensorDescriptor(tensor, list(tmap.shape), list(tmap.strides), list(tmap.block), layout(tmap, dtype))
 

@@ -17,7 +17,6 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from conv_core.aot import specialize
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
 
@@ -264,6 +263,11 @@ def dense_nhwc_strides(batch: int, h: int, w: int, c: int) -> tuple[int, int, in
     return h * w * c, w * c, c
 
 
+def dense_pixel_strides(h: int, w: int) -> tuple[int, int, int]:
+    """(image, row, column) strides, in pixels, of a dense channels-last image of ``h x w`` pixels."""
+    return h * w, w, 1
+
+
 def check_kernel(problem: ConvProblem, direction: str, kernel: str, config: TileConfig, tab: ArchTable) -> None:
     """Raise ``ValueError`` unless ``kernel`` is one of ``direction``'s and can run ``problem`` with ``config``
     (:func:`kernel_issue` finds nothing)."""
@@ -280,23 +284,24 @@ def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
     g = Geometry.of(problem)
     return geometry_plan(kernel, g, config, tab, dtype=problem.dtype, in_channels=problem.in_channels,
                          out_channels=problem.out_channels, bias=problem.bias, activation=problem.activation,
-                         sy=dense_nhwc_strides(g.batch, g.p, g.q, problem.out_channels),
-                         weight=weight_matrix(problem, config), out_dtype=problem.out_dtype)
+                         sy=dense_pixel_strides(g.p, g.q), weight=weight_matrix(problem, config),
+                         out_dtype=problem.out_dtype)
 
 
 def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, *, dtype: str, in_channels: int,
                   out_channels: int, bias: bool, activation: str | None, sy: tuple[int, int, int],
-                  weight: WeightMatrix, y_offset: int = 0, out_dtype: str | None = None) -> Plan:
+                  weight: WeightMatrix, y_start: int = 0, out_dtype: str | None = None) -> Plan:
     """The launch of the forward kernel on geometry ``g`` (a problem's, or a data-gradient phase's): the
-    input dense channels-last with ``in_channels`` channels, the output with pixel strides ``sy`` from
-    element ``y_offset`` of its tensor."""
+    input dense channels-last with ``in_channels`` channels, the output channels-last with ``out_channels``
+    channels, its ``(image, p, q)`` strides ``sy`` counted in pixels, from its pixel ``y_start``."""
     a_mode = a_mode_of(kernel, g.cin, dtype)
     producer = tab.producers[a_mode]
     bm, bn, bk = config.block_m, config.block_n, config.block_k
     out_size = element_size(out_dtype or dtype)
     rows = ROWS if kernel == "fwd_rows_box" else 1
-    tma_store = rows > 1 and tma_store_issue(g, out_channels, sy, y_offset, out_size, bn) is None
-    stage_out = not tma_store and not tiling.direct_store(g.cout, sy, y_offset, out_size)
+    tma_store = rows > 1 and tma_store_issue(g, out_channels, sy, y_start, out_size, bn) is None
+    # every output pixel starts a multiple of out_channels elements in (the kernel's Y_CHANNELS)
+    stage_out = not tma_store and not tiling.direct_store(g.cout, (out_channels,), 0, out_size)
     staging = tiling.epilogue_bytes(bm, bn, out_size, tma_store, stage_out)
     halo_rows = rows_halo(g) if rows > 1 else 0
     if a_mode == "tma_box":
@@ -317,8 +322,8 @@ def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, 
     scalars = dict(M=g.pixels, P=g.p, Q=g.q, H=g.h, W=g.w, C_G=g.cin, K_G=g.cout, S=g.s, TAPS=g.taps, NCB=ncb,
                    STRIDE_H=g.stride[0], STRIDE_W=g.stride[1], PAD_H=g.pad[0], PAD_W=g.pad[1],
                    DIL_H=g.dil[0], DIL_W=g.dil[1], sx_n=sx[0], sx_h=sx[1], sx_w=sx[2], sy_n=sy[0], sy_h=sy[1],
-                   sy_w=sy[2], TILES_M=tiles.tiles_m, TILES_N=tiles.tiles_n, NUM_TILES=tiles.num_tiles,
-                   TILES_Q=tiles.tiles_q, TILES_IMG=tiles.tiles_img)
+                   sy_w=sy[2], Y_START=y_start, Y_CHANNELS=out_channels, TILES_M=tiles.tiles_m, TILES_N=tiles.tiles_n,
+                   NUM_TILES=tiles.num_tiles, TILES_Q=tiles.tiles_q, TILES_IMG=tiles.tiles_img)
     constexprs = dict(A_MODE=A_MODES[a_mode], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages,
                       GROUP_M=config.group_m, BOX_H=box[0], BOX_W=box[1], VEC=tiling.vector_width(g.cin),
                       EVEN_C=g.cin % bk == 0, HAS_BIAS=bias, ACTIVATION=ACTIVATIONS[activation or ""],
@@ -333,13 +338,14 @@ def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, 
         x_hi_map = dataclasses.replace(x_map, block=(1, halo_rows, box[1], bk))
     y_map = None
     if tma_store:
-        y_map = TensorMap((g.batch, g.p, g.q, out_channels), (*sy, 1), (1, box[0], box[1], bn))
+        y_map = TensorMap((g.batch, g.p, g.q, out_channels), (*dense_nhwc_strides(g.batch, g.p, g.q, out_channels), 1),
+                          (1, box[0], box[1], bn))
     regs = tiling.maxnreg(config.num_warps, producer.warps, tab.registers_per_sm, tab.max_registers_per_thread)
     return Plan(kernel, a_mode, config, tiles, tuple(scalars.items()), tuple(constexprs.items()), config.num_warps,
                 regs, weight, w_map, x_map, dtype, stages, staging, rows, halo, x_hi_map, boxes, y_map)
 
 
-def tma_store_issue(g: Geometry, out_channels: int, sy: tuple[int, int, int], y_offset: int, out_size: int,
+def tma_store_issue(g: Geometry, out_channels: int, sy: tuple[int, int, int], y_start: int, out_size: int,
                     block_n: int) -> str | None:
     """Why the epilogue cannot store its box tile by TMA, or None: the tile is staged whole in shared memory, so
     16-bit outputs only; TMA clips at the tensor's edges only, so a tile must not reach into the next group's
@@ -348,8 +354,7 @@ def tma_store_issue(g: Geometry, out_channels: int, sy: tuple[int, int, int], y_
         return f"{8 * out_size}-bit output: a whole tile of it does not fit beside the rings"
     if g.groups > 1 and g.cout % block_n:
         return f"{g.cout} output channels per group: a tile would store into the next group's"
-    if y_offset or sy != (g.p * g.q * out_channels, g.q * out_channels, out_channels) \
-            or out_channels * out_size % TMA_ALIGN:
+    if y_start or sy != dense_pixel_strides(g.p, g.q) or out_channels * out_size % TMA_ALIGN:
         return "the output is not dense channels-last with 16-byte pixels"
     return None
 
@@ -359,13 +364,12 @@ def tma_store_issue(g: Geometry, out_channels: int, sy: tuple[int, int, int], y_
 
 @dataclass(frozen=True)
 class Phase:
-    """One stride phase of the data gradient: the forward launch that computes it, its filter taps (rows and
-    columns, in the launch's order) and where its first element lies in ``dx`` (elements)."""
+    """One stride phase of the data gradient: the forward launch that computes it (its output starts at
+    ``dx``'s pixel ``Y_START``) and its filter taps (rows and columns, in the launch's order)."""
 
     plan: Plan
     taps_h: tuple[int, ...]
     taps_w: tuple[int, ...]
-    y_offset: int
 
 
 @dataclass(frozen=True)
@@ -402,7 +406,7 @@ def make_bwd_data_plan(problem: ConvProblem, kernel: str, config: TileConfig, ta
     g = Geometry.of(problem)
     c_total, k_total = problem.in_channels, problem.out_channels
     k_pad = tiling.channel_blocks(g.cout, config.block_k) * config.block_k
-    sx_n, sx_h, sx_w = dense_nhwc_strides(g.batch, g.h, g.w, c_total)
+    dx_n, dx_h, dx_w = dense_pixel_strides(g.h, g.w)
     phases, zeros = [], []
     for ph, pw in tiling.data_gradient_phases(g):
         if not ph.taps or not pw.taps:
@@ -410,12 +414,12 @@ def make_bwd_data_plan(problem: ConvProblem, kernel: str, config: TileConfig, ta
             continue
         pg = tiling.phase_geometry(g, ph, pw)
         weight = WeightMatrix(c_total, pg.taps, g.cout, k_pad)
-        y_offset = ph.phase * sx_h + pw.phase * sx_w
         p = geometry_plan(kernel.replace("bwd_data", "fwd"), pg, config, tab, dtype=problem.dtype,
                           in_channels=k_total, out_channels=c_total, bias=False, activation=None,
-                          sy=(sx_n, g.stride[0] * sx_h, g.stride[1] * sx_w), weight=weight, y_offset=y_offset)
+                          sy=(dx_n, g.stride[0] * dx_h, g.stride[1] * dx_w), weight=weight,
+                          y_start=ph.phase * dx_h + pw.phase * dx_w)
         p = dataclasses.replace(p, kernel=kernel)
-        phases.append(Phase(p, ph.taps, pw.taps, y_offset))
+        phases.append(Phase(p, ph.taps, pw.taps))
     return DataGradPlan(kernel, config, tuple(phases), tuple(zeros), problem.dtype)
 
 
@@ -639,52 +643,3 @@ def weight_tma_store_issue(g: Geometry, out_tap: int, out_size: int, block_m: in
     if out_tap * out_size % TMA_ALIGN:
         return f"{out_tap} channels of {out_size} bytes: a tap's row is not whole 16-byte runs"
     return None
-
-
-# ---- ahead-of-time compilation ------------------------------------------------------------------------
-
-#: Triton's names of the pointer element types.
-TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-
-
-def role_dtypes(problem: ConvProblem, plan: Plan | WeightGradPlan | None = None) -> dict[str, str]:
-    """Element dtype of each tensor argument of the forward kernel (for the data gradient: ``x`` and ``x_hi``
-    are ``dy``, ``y_ptr`` is ``dx``), or of the weight-gradient kernel (``out_ptr``: the float32 partials when
-    split)."""
-    a, b = problem.operand_dtypes
-    if problem.direction == "bwd_weight":
-        split = plan is not None and plan.split
-        out = "float32" if split else problem.result_dtype
-        return {"dy_desc": b, "x": a, "out_ptr": out, "out_desc": out}
-    return {"x": a, "x_hi": a, "w_desc": b, "bias_ptr": problem.result_dtype, "y_ptr": problem.result_dtype,
-            "y_desc": problem.result_dtype}
-
-
-def aot_specialization(plan: Plan | WeightGradPlan, arg_names, dtypes: dict[str, str], descriptor_signature,
-                       unaligned: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
-    """``(signature, constexprs, attrs)`` for ``triton.compile(GluonASTSource(...))``, as Triton's JIT would
-    specialize this plan's launch: integer arguments equal to 1 become constexprs, integers and (16-byte
-    aligned, as torch allocates) pointers divisible by 16 get the divisibility attribute, but the pointers
-    named in ``unaligned`` (a data-gradient phase's output starts inside ``dx``).
-    ``descriptor_signature(tensor_map, dtype)`` gives a descriptor argument's type string."""
-    constexprs = dict(plan.constexprs)
-    constexprs["num_warps"] = plan.num_warps
-    return specialization(arg_names, dtypes, dict(plan.scalars), constexprs, plan.tensor_maps,
-                          descriptor_signature, unaligned)
-
-
-def specialization(arg_names, dtypes: dict[str, str], scalars: dict[str, int], constexprs: dict[str, object],
-                   tensor_maps: dict[str, TensorMap], descriptor_signature,
-                   unaligned: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
-    """:func:`aot_specialization` of any kernel: descriptors (``tensor_maps``), pointers (the other names of
-    ``dtypes``), integer ``scalars`` and ``constexprs``."""
-    pointers = {name: ("*" + TRITON_DTYPE[dtype], name not in unaligned) for name, dtype in dtypes.items()}
-    pointers.update({name: (descriptor_signature(tensor_map, dtypes[name]), False)
-                     for name, tensor_map in tensor_maps.items()})
-    return specialize(arg_names, pointers, scalars, constexprs)
-
-
-def sum_specialization(plan: WeightGradPlan, arg_names) -> tuple[dict, dict, dict]:
-    """:func:`aot_specialization` of the weight gradient's second stage (``kernels/bwd_weight.sum_splits``)."""
-    return specialization(arg_names, {"ws_ptr": "float32", "out_ptr": plan.result_dtype}, plan.sum_scalars,
-                          {"BLOCK": plan.reduce.block, "num_warps": plan.reduce.num_warps}, {}, None)

@@ -5,10 +5,15 @@ channels-last weight ``[K, C_g, R, S]`` *is* that matrix with ``c_pad = C_g`` (i
 ``K, R, S, C_g``), so when the group's channels are a whole number of ``BLOCK_K`` blocks the kernel reads
 the weight in place. Otherwise every tap's channels are padded with zeros to ``c_pad``, so that no block
 straddles two taps and the rows stay 16-byte aligned; that copy is made once per weight and cached. The data
-gradient's phases read the weight transposed and flipped (:func:`pack_transposed`): always a copy, cached the
-same way, in conv-core's :class:`~conv_core.weight_cache.DerivedWeightCache` (keyed by the form made and the
-weight's version, so never stale; bypassed while a CUDA graph is captured), bounded by
-``CONV_GLUON_WEIGHT_CACHE_ENTRIES`` (default 64) and ``CONV_GLUON_WEIGHT_CACHE_MB`` (default 512).
+gradient's phases read the weight transposed and flipped (:func:`pack_transposed`): always a copy, all phases'
+in one entry, cached the same way, in conv-core's :class:`~conv_core.weight_cache.DerivedWeightCache` (keyed by
+the form made and the weight's version, so never stale), bounded by ``CONV_GLUON_WEIGHT_CACHE_ENTRIES``
+(default 64) and ``CONV_GLUON_WEIGHT_CACHE_MB`` (default 512).
+
+While a CUDA graph is captured the cache is bypassed and the copies are recorded in the graph (a replay
+derives them from the weight as it is then), so making them must be capture-safe: device operations on the
+weight only, no tensor built from host data (a Python list of taps as an index would be copied from the host,
+which a capture refuses); the taps are picked by slices instead.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import math
 import os
 
 import torch
+from conv_core.problem import is_dense_in
 from conv_core.weight_cache import DerivedWeightCache
 
 from .plan import TMA_ALIGN, WeightMatrix
@@ -41,32 +47,34 @@ def pack_transposed(w: torch.Tensor, groups: int, taps_h: tuple[int, ...], taps_
     k_total, c = w.shape[:2]
     w4 = w if w.dim() == 4 else w.unsqueeze(2)
     k = k_total // groups
-    sub = w4.reshape(groups, k, c, *w4.shape[2:])[:, :, :, list(taps_h)][..., list(taps_w)]
+    sub = _pick_taps(_pick_taps(w4.reshape(groups, k, c, *w4.shape[2:]), 3, taps_h), 4, taps_w)
     out = torch.zeros((groups, c, len(taps_h), len(taps_w), k_pad), dtype=w.dtype, device=w.device)
     out[..., :k] = sub.permute(0, 2, 3, 4, 1)
     return out.view(groups * c, len(taps_h) * len(taps_w) * k_pad)
 
 
+def _pick_taps(t: torch.Tensor, dim: int, taps: tuple[int, ...]) -> torch.Tensor:
+    """``t``'s filter positions ``taps`` along ``dim``, in that order, by a slice (and a flip where they
+    descend): a phase's taps are evenly spaced (``tiling.phase_axis``)."""
+    ascending = tuple(sorted(taps))
+    step = ascending[1] - ascending[0] if len(taps) > 1 else 1
+    if step < 1 or ascending != tuple(range(ascending[0], ascending[-1] + 1, step)) or \
+            taps not in (ascending, ascending[::-1]):
+        raise ValueError(f"filter taps {taps} are not evenly spaced in one direction")
+    index = (slice(None),) * dim + (slice(ascending[0], ascending[-1] + 1, step),)
+    picked = t[index]
+    return picked if taps == ascending else picked.flip(dim)
+
+
+def in_place(w: torch.Tensor, spec: WeightMatrix) -> bool:
+    """Whether the kernel reads ``w`` itself as its matrix: no padded channels, dense channels-last (its memory
+    order is then ``K, taps, C_G``) and 16-byte aligned, as TMA needs."""
+    return not spec.packed and w.data_ptr() % TMA_ALIGN == 0 and is_dense_in(w, "channels_last")
+
+
 def as_matrix(w: torch.Tensor, spec: WeightMatrix) -> torch.Tensor | None:
-    """The dense channels-last weight ``w`` as the kernel's matrix, without a copy, or None when it cannot
-    be (the spec pads channels, or the storage is not 16-byte aligned as TMA needs)."""
-    if spec.packed or w.data_ptr() % TMA_ALIGN:
-        return None
-    k, c = w.shape[:2]
-    taps = math.prod(w.shape[2:])
-    # dense channels-last: channel stride 1, then the taps, then the output channels
-    expected = (taps * c, 1, *_tap_strides(w.shape[2:], c))
-    if not all(size == 1 or s == e for size, s, e in zip(w.shape, w.stride(), expected)):
-        return None
-    return w.as_strided((spec.rows, spec.cols), (spec.cols, 1))
-
-
-def _tap_strides(filter_size, c: int) -> tuple[int, ...]:
-    strides, step = [], c
-    for size in reversed(filter_size):
-        strides.append(step)
-        step *= size
-    return tuple(reversed(strides))
+    """The weight ``w`` as the kernel's matrix, without a copy, or None when it cannot be (:func:`in_place`)."""
+    return w.as_strided((spec.rows, spec.cols), (spec.cols, 1)) if in_place(w, spec) else None
 
 
 #: The process's cache.
@@ -82,8 +90,18 @@ def weight_matrix(w: torch.Tensor, spec: WeightMatrix, cache: DerivedWeightCache
     return cache.get(w, lambda: pack(w, spec.c_pad), form=("fwd", spec.c_pad))
 
 
-def phase_matrix(w: torch.Tensor, groups: int, taps_h: tuple[int, ...], taps_w: tuple[int, ...], k_pad: int,
-                 cache: DerivedWeightCache = PACK_CACHE) -> torch.Tensor:
-    """A data-gradient phase's weight matrix (:func:`pack_transposed`), cached."""
-    return cache.get(w, lambda: pack_transposed(w, groups, taps_h, taps_w, k_pad),
-                     form=("bwd_data", groups, taps_h, taps_w, k_pad))
+def descriptor_base(w: torch.Tensor, spec: WeightMatrix, cache: DerivedWeightCache = PACK_CACHE) -> torch.Tensor:
+    """What the forward kernel's weight descriptor is built on (the descriptor's map gives the matrix's shape, so
+    only the tensor's address and dtype count): the weight itself where :func:`as_matrix` would view it, else its
+    cached padded copy. Cheaper than :func:`weight_matrix` by the view: it is on every call's path."""
+    if in_place(w, spec):
+        return w
+    return cache.get(w, lambda: pack(w, spec.c_pad), form=("fwd", spec.c_pad))
+
+
+def phase_matrices(w: torch.Tensor, groups: int, phases: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...],
+                   cache: DerivedWeightCache = PACK_CACHE) -> tuple[torch.Tensor, ...]:
+    """The data gradient's weight matrices, one per phase ``(taps_h, taps_w, k_pad)`` (:func:`pack_transposed`),
+    cached as one entry (one look-up per call)."""
+    return cache.get(w, lambda: tuple(pack_transposed(w, groups, *phase) for phase in phases),
+                     form=("bwd_data", groups, phases))

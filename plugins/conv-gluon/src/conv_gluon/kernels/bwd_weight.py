@@ -304,7 +304,13 @@ def _box_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
             step += 1
 
 
-@gluon.jit
+#: The arguments that change with the batch or the image size: not specialised on (``fwd.SHAPE_ARGUMENTS``
+#: says why), so a new batch or image size reuses the compiled kernel.
+SHAPE_ARGUMENTS = ("J", "P", "Q", "H", "W", "sx_n", "sx_h", "NUM_UNITS", "STEPS", "SPLIT_STEPS", "TILES_Q",
+                   "TILES_IMG")
+
+
+@gluon.jit(do_not_specialize=SHAPE_ARGUMENTS)
 def conv_bwd_weight(dy_desc, x, out_ptr, out_desc,
                     J, P, Q, H, W, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
                     sx_n, sx_h, sx_w, OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS,
@@ -374,7 +380,7 @@ def conv_bwd_weight(dy_desc, x, out_ptr, out_desc,
     retire_ring(ready, empty)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=("SPLITS",))  # (the split count follows the batch and image size)
 def sum_splits(ws_ptr, out_ptr, NUMEL, C_G, C_PAD, SPLITS, SPLIT_STRIDE, BLOCK: gl.constexpr,
                num_warps: gl.constexpr):
     """The second stage: ``dW`` element ``e`` (dense channels-last: ``(k, tap)`` row ``e / C_G``, channel

@@ -49,7 +49,7 @@ and a bit, where per-tap steps load three: the large forward layers are bound by
 Its epilogue stores 16-bit dense outputs by TMA (``TMA_STORE``: ``common.store_tile_tma``).
 
 The data gradient runs this same kernel once per stride phase (``plan.make_bwd_data_plan``): ``x`` is then
-``dy``, the weight matrix the phase's transposed taps, and ``y_ptr`` / ``sy_*`` the phase's pixels of ``dx``.
+``dy``, the weight matrix the phase's transposed taps, and ``Y_START`` / ``sy_*`` the phase's pixels of ``dx``.
 
 Registers are redistributed between the partitions (``setmaxnreg``): the producer gets
 ``PRODUCER_REGS`` per thread, the consumer the rest of the kernel's ``maxnreg`` budget (``plan.py``).
@@ -120,8 +120,17 @@ def _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H: gl.constexpr, BOX_W: gl.conste
 
 
 @gluon.jit
+def _output_offsets(img, p, q, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS):
+    """Offsets (elements) of output pixels ``(img, p, q)``: their pixel index times ``Y_CHANNELS``. The pixel
+    strides change with the image size and are not specialised on; ``Y_CHANNELS`` is, so Triton sees rows start
+    on multiples of 16 elements wherever the channel count is one (paired 16-bit stores)."""
+    return (Y_START + img * sy_n + p * sy_h + q * sy_w) * Y_CHANNELS
+
+
+@gluon.jit
 def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
-              M, P, Q, K_G, sy_n, sy_h, sy_w, K_STEPS, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
+              M, P, Q, K_G, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, K_STEPS, TILES_M, TILES_N, NUM_TILES, TILES_Q,
+              TILES_IMG,
               A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               BOX_H: gl.constexpr, BOX_W: gl.constexpr, GROUP_M: gl.constexpr, HAS_BIAS: gl.constexpr,
               ACTIVATION: gl.constexpr, STAGE_OUT: gl.constexpr, num_warps: gl.constexpr):
@@ -155,7 +164,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
             m = pid_m * BLOCK_M + rows
             row_ok = m < M
             img, p, q = pixel_coords(m, P, Q)
-        row_off = img * sy_n + p * sy_h + q * sy_w
+        row_off = _output_offsets(img, p, q, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS)
         store_tile(acc, y_ptr + (g * K_G + n0), row_off, row_ok, cols, K_G - n0, ACTIVATION, STAGE_OUT)
 
 
@@ -171,8 +180,8 @@ def _rows_view(a_bufs, stage, row, BOX_H: gl.constexpr, HALO_H: gl.constexpr, BL
 
 @gluon.jit
 def _rows_consumer(a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, bias_ptr, y_ptr, y_desc,
-                   P, Q, K_G, S, NCB, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, BOX_H: gl.constexpr,
+                   P, Q, K_G, S, NCB, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M, TILES_N, NUM_TILES, TILES_Q,
+                   TILES_IMG, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, BOX_H: gl.constexpr,
                    BOX_W: gl.constexpr, HALO_H: gl.constexpr, ROWS: gl.constexpr, ROW_DIL: gl.constexpr,
                    GROUP_M: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
                    STAGE_OUT: gl.constexpr, TMA_STORE: gl.constexpr, num_warps: gl.constexpr):
@@ -212,7 +221,7 @@ def _rows_consumer(a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, 
             store_tile_tma(acc, y_desc, out_buf, [img, p0, q0, g * K_G + n0], ACTIVATION)
         else:
             img, p, q, row_ok = _box_pixels(pid_m, rows, P, Q, TILES_Q, TILES_IMG, BOX_H, BOX_W)
-            row_off = img * sy_n + p * sy_h + q * sy_w
+            row_off = _output_offsets(img, p, q, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS)
             store_tile(acc, y_ptr + (g * K_G + n0), row_off, row_ok, cols, K_G - n0, ACTIVATION, STAGE_OUT)
     if TMA_STORE:
         tma.store_wait(0)
@@ -319,10 +328,18 @@ def _rows_producer(x_desc, x_hi_desc, w_desc, a_bufs, b_bufs, a_ready, a_empty, 
                     b_step += 1
 
 
-@gluon.jit
+#: The arguments that change with the batch or the image size. Triton's JIT would specialise on their values
+#: (a 1 compiled in, a multiple of 16 marked divisible), so each new batch or image size could compile the
+#: kernel again; nothing the code needs depends on them (the gathers' alignment comes from ``VEC``, the
+#: output's from ``Y_CHANNELS``), so they stay plain integers.
+SHAPE_ARGUMENTS = ("M", "P", "Q", "H", "W", "sx_n", "sx_h", "sy_n", "sy_h", "Y_START", "TILES_M", "NUM_TILES",
+                   "TILES_Q", "TILES_IMG")
+
+
+@gluon.jit(do_not_specialize=SHAPE_ARGUMENTS)
 def conv_fwd(x, x_hi, w_desc, bias_ptr, y_ptr, y_desc,
              M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-             sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
+             sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
              A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
              STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
              VEC: gl.constexpr, EVEN_C: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
@@ -333,7 +350,8 @@ def conv_fwd(x, x_hi, w_desc, bias_ptr, y_ptr, y_desc,
     ``x_hi``: with ``ROWS = 3`` (``fwd_rows_box``), the descriptor of the ``HALO_H``-row boxes below the
     tile's (else ``x`` again, unused); ``w_desc``: TMA descriptor of the ``[K_total, TAPS * NCB * BLOCK_K]``
     weight with ``[BLOCK_N, BLOCK_K]`` blocks; ``bias_ptr``: the bias (any pointer of the output's dtype when
-    ``HAS_BIAS`` is false); ``y_ptr``: the output, ``(image, p, q)`` strides ``sy_*``, channels contiguous;
+    ``HAS_BIAS`` is false); ``y_ptr``: the output, channels contiguous, ``Y_CHANNELS`` elements a pixel; output
+    pixel ``(image, p, q)`` is its pixel ``Y_START + image * sy_n + p * sy_h + q * sy_w`` (strides in pixels);
     ``y_desc``: with ``TMA_STORE``, its descriptor with the tile's box (else ``y_ptr`` again, unused).
     ``ROWS = 3``: ``STAGES`` weight tiles and ``A_STAGES`` tall input boxes in two rings."""
     dtype: gl.constexpr = w_desc.dtype
@@ -351,9 +369,9 @@ def conv_fwd(x, x_hi, w_desc, bias_ptr, y_ptr, y_desc,
         b_ready, b_empty = init_ring(STAGES, 1)
         gl.warp_specialize([
             (_rows_consumer, (a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, bias_ptr, y_ptr, y_desc,
-                              P, Q, K_G, S, NCB, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
-                              BLOCK_M, BLOCK_N, BLOCK_K, BOX_H, BOX_W, HALO_H, ROWS, ROW_DIL, GROUP_M, HAS_BIAS,
-                              ACTIVATION, STAGE_OUT, TMA_STORE, num_warps)),
+                              P, Q, K_G, S, NCB, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M, TILES_N,
+                              NUM_TILES, TILES_Q, TILES_IMG, BLOCK_M, BLOCK_N, BLOCK_K, BOX_H, BOX_W, HALO_H, ROWS,
+                              ROW_DIL, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT, TMA_STORE, num_warps)),
             (_rows_producer, (x, x_hi, w_desc, a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, C_G, K_G, S,
                               NCB, PAD_H, PAD_W, DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, BLOCK_N,
                               BLOCK_K, BOX_H, BOX_W, HALO_H, ROWS, GROUP_M)),
@@ -363,16 +381,17 @@ def conv_fwd(x, x_hi, w_desc, bias_ptr, y_ptr, y_desc,
     else:
         gl.static_assert(ROWS == 1, "ROWS is 1 or 3")
         _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr, M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W,
-                       PAD_H, PAD_W, DIL_H, DIL_W, sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES,
-                       TILES_Q, TILES_IMG, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, BOX_H, BOX_W, VEC,
-                       EVEN_C, HAS_BIAS, ACTIVATION, STAGE_OUT, PRODUCER_WARPS, PRODUCER_REGS, num_warps)
+                       PAD_H, PAD_W, DIL_H, DIL_W, sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M,
+                       TILES_N, NUM_TILES, TILES_Q, TILES_IMG, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M,
+                       BOX_H, BOX_W, VEC, EVEN_C, HAS_BIAS, ACTIVATION, STAGE_OUT, PRODUCER_WARPS, PRODUCER_REGS,
+                       num_warps)
 
 
 @gluon.jit
 def _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr,
                    M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-                   sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
-                   A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                   sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M, TILES_N, NUM_TILES, TILES_Q,
+                   TILES_IMG, A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                    STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
                    VEC: gl.constexpr, EVEN_C: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
                    STAGE_OUT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
@@ -390,18 +409,18 @@ def _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr,
     # (the argument tuples are written inline: a tuple assigned to a variable turns constexprs into tensors)
     if A_MODE == TMA_BOX:
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr, M, P, Q, K_G, sy_n, sy_h, sy_w, TAPS * NCB,
-                         TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, BOX_H,
-                         BOX_W, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr, M, P, Q, K_G, sy_n, sy_h, sy_w, Y_START,
+                         Y_CHANNELS, TAPS * NCB, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, A_MODE, BLOCK_M,
+                         BLOCK_N, BLOCK_K, BOX_H, BOX_W, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT, num_warps)),
             (_box_producer, (x, w_desc, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, NCB, PAD_H, PAD_W, DIL_H,
                              DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, BLOCK_N, BLOCK_K, BOX_H, BOX_W,
                              GROUP_M)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr, M, P, Q, K_G, sy_n, sy_h, sy_w, TAPS * NCB,
-                         TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, BOX_H,
-                         BOX_W, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr, M, P, Q, K_G, sy_n, sy_h, sy_w, Y_START,
+                         Y_CHANNELS, TAPS * NCB, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, A_MODE, BLOCK_M,
+                         BLOCK_N, BLOCK_K, BOX_H, BOX_W, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT, num_warps)),
             (_gather_producer, (x, w_desc, a_bufs, b_bufs, ready, empty, M, P, Q, H, W, C_G, K_G, S, TAPS, NCB,
                                 STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sx_n, sx_h, sx_w, TILES_M, TILES_N,
                                 NUM_TILES, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, EVEN_C)),
