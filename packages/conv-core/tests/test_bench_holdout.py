@@ -120,3 +120,14 @@ def test_the_cli_runs_a_budget_of_zero_and_rejects_unknown_models(capsys, tmp_pa
     capsys.readouterr()
     assert main(["bench", "--holdout", "--models", "tiny,nosuch", "--device", "cpu"]) == 2
     assert "unknown model(s) nosuch" in capsys.readouterr().err
+    assert main(["bench", "--holdout", "--models", "tiny", "--device", "cpu", "--phases", "default,tuned"]) == 2
+    assert "unknown phase(s) tuned; phases: default, benchmark" in capsys.readouterr().err
+
+
+def test_the_cli_runs_one_set_and_one_phase(tmp_path):
+    path = tmp_path / "holdout.json"
+    assert main(["bench", "--holdout", "--models", "tiny", "--device", "cpu", "--dtype", "fp32", "--layers", "1",
+                 "--sets", "holdout", "--phases", "benchmark", "--reps", "1", "--warmup", "0", "--json",
+                 str(path)]) == 0
+    record = json.loads(path.read_text())
+    assert [(p["set"], p["phase"], p["summary"]["timed"]) for p in record["phases"]] == [("holdout", "benchmark", 3)]

@@ -38,6 +38,9 @@ def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGr
     g.add_argument("--models", help="--holdout: comma list of models (default: "
                    f"{','.join(bench_models.HOLDOUT_MODELS)})")
     g.add_argument("--budget-s", type=float, default=420.0, help="--holdout: seconds for the whole run (default 420)")
+    g.add_argument("--sets", default="holdout,in_sample", help="--holdout: which problem sets (default both)")
+    g.add_argument("--phases", default="default,benchmark", help="--holdout: rankings to judge: default, and "
+                   "benchmark (first-use timing, CONV_CORE_BENCHMARK=1) (default both)")
     g.add_argument("--calls", type=int, default=100, help="--host: calls per timed round (default 100)")
     g.add_argument("--out", metavar="PATH", help="--report: the page to write (default: print it)")
 
@@ -93,16 +96,9 @@ def _quiet(args: argparse.Namespace) -> bool:
 def _model(args: argparse.Namespace, device) -> dict:
     from .model_bench import VARIANTS, ModelBenchConfig, run_model_bench
 
-    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else MODES
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise _usage(f"unknown mode(s) {', '.join(unknown)}; modes: {', '.join(MODES)}")
-    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise _usage(f"unknown variant(s) {', '.join(unknown)}; variants: {', '.join(VARIANTS)}")
-    if args.model not in bench_models.MODELS:
-        raise _usage(f"unknown model {args.model!r}; models: {', '.join(bench_models.MODELS)}")
+    modes = _choices(args.modes, MODES, "mode") if args.modes else MODES
+    variants = _choices(args.variants, VARIANTS, "variant")
+    _choices(args.model, bench_models.MODELS, "model")
     config = ModelBenchConfig(model=args.model, device=str(device), batch=args.batch, dtype=args.dtype,
                               layout=args.layout, modes=modes, reps=args.reps, warmup=args.warmup,
                               compile_backend=args.compile_backend, variants=variants)
@@ -160,21 +156,28 @@ def _host(args: argparse.Namespace, device) -> dict:
 
 
 def _holdout(args: argparse.Namespace, device) -> dict:
-    from .bench_holdout import markdown, run_holdout
+    from .bench_holdout import PHASES, SETS, markdown, run_holdout
 
-    models = tuple(m.strip() for m in args.models.split(",")) if args.models else bench_models.HOLDOUT_MODELS
-    unknown = [m for m in models if m not in bench_models.MODELS]
-    if unknown:
-        raise _usage(f"unknown model(s) {', '.join(unknown)}; models: {', '.join(bench_models.MODELS)}")
+    models = _choices(args.models, bench_models.MODELS, "model") if args.models else bench_models.HOLDOUT_MODELS
+    sets, phases = _choices(args.sets, SETS, "set"), _choices(args.phases, PHASES, "phase")
     try:
         record = run_holdout(device, models=models, batch=args.batch or 8, dtype=args.dtype, layout=args.layout,
-                             per_model=args.layers or 8, reps=args.reps, warmup=args.warmup, budget_s=args.budget_s,
-                             log=_log)
+                             per_model=args.layers or 8, sets=sets, phases=phases, reps=args.reps, warmup=args.warmup,
+                             budget_s=args.budget_s, log=_log)
     except bench_models.ModelUnavailable as exc:
         raise _usage(str(exc)) from None
     if not _quiet(args):
         print(markdown(record))
     return record
+
+
+def _choices(text: str, known, what: str) -> tuple[str, ...]:
+    """The comma list ``text``, each a member of ``known``; a usage error naming the others."""
+    chosen = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = [v for v in chosen if v not in known]
+    if unknown or not chosen:
+        raise _usage(f"unknown {what}(s) {', '.join(unknown) or '(none given)'}; {what}s: {', '.join(known)}")
+    return chosen
 
 
 def _report(args: argparse.Namespace) -> int:
