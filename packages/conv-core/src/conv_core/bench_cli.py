@@ -26,7 +26,8 @@ def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGr
     which.add_argument("--host", action="store_true", help="host time per call of F.conv2d and conv_core.conv2d "
                        "(bf16 on a GPU, fp32 on the CPU)")
     which.add_argument("--holdout", action="store_true", help="the ranking's picks against aten on layers of "
-                       "models in no suite, and on the suites'")
+                       "models in no suite, and on the suites' (--layers: forward layers per model, default 8; "
+                       "--batch default 8)")
     which.add_argument("--report", nargs="+", metavar="JSON", help="write the real-model page from the records "
                        "of --model, --host, --holdout and conv_core.model_bench_ddp")
     g = p.add_argument_group("options of --model, --host, --holdout and --report")
