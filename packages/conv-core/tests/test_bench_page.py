@@ -67,6 +67,15 @@ def test_targets_are_judged_from_the_records():
     assert got["ranking on held-out layers: worst layer"] == "not measured"
 
 
+def test_targets_are_judged_on_the_issues_models_where_any_ran():
+    tiny = model_record("tiny", [mode("eager", 1.0, 10.0)])
+    got = {t.what: t.measure(Runs([*records(), tiny])) for t in TARGETS}
+    assert got["eager inference: geomean over the models"] == (pytest.approx(1.0), "2 of the 6 models")
+    assert got["eager inference: slowest model"] == (0.8, "convnext_tiny")
+    alone = {t.what: t.measure(Runs([tiny])) for t in TARGETS}
+    assert alone["eager inference: slowest model"] == (0.1, "tiny")
+
+
 def test_a_later_run_of_a_model_replaces_its_modes():
     later = model_record("resnet50", [mode("eager", 10.0, 5.0)], date="2026-11-26T10:00:00+00:00")
     runs = Runs([*records(), later])

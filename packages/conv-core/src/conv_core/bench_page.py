@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import bench_holdout, bench_record
+from .bench_models import HEADLINE_MODELS
 from .model_bench_modes import MODES
 
 MODE_TITLES = {"eager": "eager inference", "train": "training step (bf16)", "amp_train": "training step (AMP)",
@@ -66,6 +67,12 @@ class Runs:
                 found[model] = ratio
         return found
 
+    def judged(self, mode: str) -> dict[str, float]:
+        """The ratios a target is judged on: those of the issue's model set where any was run, else all."""
+        ratios = self.ratios(mode)
+        headline = {m: r for m, r in ratios.items() if m in HEADLINE_MODELS}
+        return headline or ratios
+
     def modes_run(self) -> list[str]:
         return [m for m in MODES if any(m in merged["modes"] for merged in self.models.values())]
 
@@ -93,14 +100,14 @@ class Target:
 
 def _mode_geomean(mode: str) -> Callable[[Runs], tuple[float | None, str]]:
     def measure(runs: Runs):
-        ratios = runs.ratios(mode)
-        return geomean(ratios.values()), f"{len(ratios)} model{'s' if len(ratios) != 1 else ''}"
+        ratios = runs.judged(mode)
+        return geomean(ratios.values()), f"{len(ratios)} of the {len(HEADLINE_MODELS)} models" if ratios else ""
     return measure
 
 
 def _mode_min(mode: str) -> Callable[[Runs], tuple[float | None, str]]:
     def measure(runs: Runs):
-        ratios = runs.ratios(mode)
+        ratios = runs.judged(mode)
         if not ratios:
             return None, ""
         worst = min(ratios, key=ratios.get)
