@@ -86,7 +86,7 @@ def test_run_on_the_cpu_and_its_markdown():
     record = run_holdout(CPU, models=("tiny",), batch=1, dtype="float32", per_model=2, sets=("holdout",), reps=1,
                          warmup=0, budget_s=60)
     json.dumps(record, allow_nan=False)
-    assert record["kind"] == "holdout" and record["problems"] == {"holdout": 6}
+    assert record["kind"] == "holdout" and record["problems"] == {"holdout": 6} and record["complete"]
     assert [(p["set"], p["phase"]) for p in record["phases"]] == [("holdout", "default"), ("holdout", "benchmark")]
     for result in record["phases"]:
         assert result["truncated"] == 0 and result["summary"]["timed"] == 6

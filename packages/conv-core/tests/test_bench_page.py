@@ -91,6 +91,14 @@ def test_what_limits_an_eager_mode_is_read_from_its_graph_mode():
     assert "convnext_tiny | eager" not in page.split("## What limits")[1].split("##")[0]  # its graph was skipped
 
 
+def test_a_run_cut_short_is_noted():
+    partial = {**model_record("efficientnet_b0", [mode("eager", 2.0, 1.0)]), "complete": False}
+    page = render([*records(), partial])
+    assert "- cut short (a time limit?) before it finished, so parts are missing: " \
+           "`conv-core bench --model efficientnet_b0`" in page
+    assert "cut short" not in render(records())
+
+
 def test_target_verdicts():
     at_least, at_most = Target("a", lambda runs: (None, ""), 1.05), Target("b", lambda runs: (None, ""), 1.1, False)
     assert at_least.verdict(1.05) == "met" and at_least.verdict(0.945) == "missed by 10.0%"

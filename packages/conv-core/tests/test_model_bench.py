@@ -44,7 +44,7 @@ def test_tiny_model_through_the_cli(capsys, tmp_path):
     assert code == 0 and "tiny, batch 2" in out and "picks (conv, fwd): aten" in out
     record = json.loads(path.read_text())  # strict JSON: no NaN anywhere
     json.dumps(record, allow_nan=False)
-    assert record["kind"] == "model" and record["model"] == "tiny" and record["batch"] == 2
+    assert record["kind"] == "model" and record["model"] == "tiny" and record["batch"] == 2 and record["complete"]
     assert "conv-core bench --model tiny --device cpu" in record["command"] and record["environment"]["versions"]
     assert [m["mode"] for m in record["modes"]] == ["eager", "train", "compile", "graph"]
     graph = record["modes"][3]
@@ -64,6 +64,13 @@ def test_tiny_model_through_the_cli(capsys, tmp_path):
     assert main(["bench", "--report", str(path), "--out", str(page)]) == 0
     text = page.read_text()
     assert "| tiny |" in text and "conv-core bench --model tiny" in text and "## Targets" in text
+
+
+def test_each_mode_is_checkpointed_before_the_run_completes():
+    seen = []
+    record = run_model_bench(tiny_config(modes=("eager", "train")),
+                             checkpoint=lambda r: seen.append(([m["mode"] for m in r["modes"]], r["complete"])))
+    assert seen == [(["eager"], False), (["eager", "train"], False)] and record["complete"]
 
 
 def test_amp_training_is_compared_in_the_autocast_dtype():

@@ -86,6 +86,14 @@ def _finish(args: argparse.Namespace, record: dict) -> None:
         write(record, args.json)
 
 
+def _checkpoint(args: argparse.Namespace):
+    """A function writing the record so far to ``--json`` (None without a file to write), so a run cut short
+    by a time limit keeps what it measured."""
+    if not args.json or args.json == "-":
+        return None
+    return lambda record: _finish(args, record)
+
+
 def _quiet(args: argparse.Namespace) -> bool:
     """Whether standard output is the JSON record (``--json -``), so nothing else may go there."""
     return args.json == "-"
@@ -104,7 +112,7 @@ def _model(args: argparse.Namespace, device) -> dict:
                               layout=args.layout, modes=modes, reps=args.reps, warmup=args.warmup,
                               compile_backend=args.compile_backend, variants=variants)
     try:
-        record = run_model_bench(config, log=_log)
+        record = run_model_bench(config, log=_log, checkpoint=_checkpoint(args))
     except bench_models.ModelUnavailable as exc:
         raise _usage(str(exc)) from None
     if not _quiet(args):
@@ -164,7 +172,7 @@ def _holdout(args: argparse.Namespace, device) -> dict:
     try:
         record = run_holdout(device, models=models, batch=args.batch or 8, dtype=args.dtype, layout=args.layout,
                              per_model=args.layers or 8, sets=sets, phases=phases, reps=args.reps, warmup=args.warmup,
-                             budget_s=args.budget_s, log=_log)
+                             budget_s=args.budget_s, log=_log, checkpoint=_checkpoint(args))
     except bench_models.ModelUnavailable as exc:
         raise _usage(str(exc)) from None
     if not _quiet(args):

@@ -214,8 +214,12 @@ def run_phase(layers: list[Layer], set_name: str, phase: str, device: torch.devi
 def run_holdout(device: torch.device | str, *, models: tuple[str, ...] = bench_models.HOLDOUT_MODELS, batch: int = 8,
                 dtype: str = "bfloat16", layout: str = "channels_last", per_model: int = 8,
                 sets: tuple[str, ...] = SETS, phases: tuple[str, ...] = PHASES, reps: int = 10, warmup: int = 2,
-                budget_s: float = 420.0, log: Log | None = None) -> dict:
-    """Every (set, phase) of the module docstring within ``budget_s`` seconds; the JSON-ready record."""
+                budget_s: float = 420.0, log: Log | None = None,
+                checkpoint: Callable[[dict], None] | None = None) -> dict:
+    """Every (set, phase) of the module docstring within ``budget_s`` seconds; the JSON-ready record.
+
+    ``checkpoint(record)`` is called after each phase with the record so far (``complete`` still False).
+    """
     device = torch.device(device)
     arch = device_arch(device)
     seen: set[str] = set()
@@ -225,12 +229,18 @@ def run_holdout(device: torch.device | str, *, models: tuple[str, ...] = bench_m
         chosen["holdout"] = round_robin(holdout_layers(models, batch=batch, dtype=dtype, layout=layout, arch=arch,
                                                        per_model=per_model, seen=seen))
     share = budget_s / max(1, len(sets) * len(phases))
-    results = [run_phase(chosen[s], s, phase, device, reps=reps, warmup=warmup, budget_s=share, log=log)
-               for s in sets for phase in phases]
-    return {"kind": "holdout", "device": str(device), "arch": arch, "batch": batch, "dtype": dtype, "layout": layout,
-            "per_model": per_model, "models": list(models), "suites": suites.available_suites(), "reps": reps,
-            "warmup": warmup, "budget_s": budget_s, "problems": {s: len(chosen[s]) for s in sets},
-            "phases": results}
+    record = {"kind": "holdout", "device": str(device), "arch": arch, "batch": batch, "dtype": dtype,
+              "layout": layout, "per_model": per_model, "models": list(models), "suites": suites.available_suites(),
+              "reps": reps, "warmup": warmup, "budget_s": budget_s, "problems": {s: len(chosen[s]) for s in sets},
+              "complete": False, "phases": []}
+    for s in sets:
+        for phase in phases:
+            record["phases"].append(run_phase(chosen[s], s, phase, device, reps=reps, warmup=warmup, budget_s=share,
+                                              log=log))
+            if checkpoint is not None:
+                checkpoint(record)
+    record["complete"] = True
+    return record
 
 
 # ---- the markdown the page includes ----------------------------------------------------------------

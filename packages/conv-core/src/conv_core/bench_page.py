@@ -330,7 +330,8 @@ def picks_section(runs: Runs) -> list[str]:
 
 
 def notes_section(runs: Runs) -> list[str]:
-    notes = []
+    notes = [f"- cut short (a time limit?) before it finished, so parts are missing: `{r.get('command')}`"
+             for r in runs.records if r.get("complete") is False]
     for model, merged in runs.models.items():
         for name, mode in merged["modes"].items():
             for variant, v in _variants(mode).items():

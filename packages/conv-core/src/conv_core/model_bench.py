@@ -334,8 +334,13 @@ def model_picks(base: nn.Module, x: torch.Tensor, config: ModelBenchConfig) -> d
 # ---- the whole benchmark ----------------------------------------------------------------------
 
 
-def run_model_bench(config: ModelBenchConfig, log: Log | None = None) -> dict:
-    """Run ``config.model`` in every mode of ``config``; the JSON-ready record (without its stamp)."""
+def run_model_bench(config: ModelBenchConfig, log: Log | None = None,
+                    checkpoint: Callable[[dict], None] | None = None) -> dict:
+    """Run ``config.model`` in every mode of ``config``; the JSON-ready record (without its stamp).
+
+    ``checkpoint(record)`` is called after each mode with the record so far (``complete`` still False), so a
+    run stopped by a time limit keeps the modes it measured.
+    """
     unknown = [m for m in config.modes if m not in MODES] + [v for v in config.variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"unknown mode(s) or variant(s) {', '.join(unknown)}; modes: {', '.join(MODES)}; "
@@ -347,10 +352,13 @@ def run_model_bench(config: ModelBenchConfig, log: Log | None = None) -> dict:
     x = spec.example(batch, device, config.seed)
     record = {"kind": "model", "model": config.model, "description": spec.description, "batch": batch,
               "input_shape": list(x.shape), "config": {**asdict(config), "batch": batch},
-              "fused_available": fuser() is not None, "modes": []}
+              "fused_available": fuser() is not None, "complete": False, "modes": []}
     with cudnn_benchmark():
         refs = References(base, x)
         for mode in config.modes:
             record["modes"].append(run_mode(mode, base, x, refs, config, log))
+            if checkpoint is not None:
+                checkpoint(record)
         record["picks"] = model_picks(base, x, config)
+    record["complete"] = True
     return record
