@@ -187,10 +187,12 @@ def compiled_kernels() -> int:
 
 
 def _tile(candidate) -> tuple:
-    """What a candidate's kernels are compiled with beyond the specialization: its configuration and boxes."""
+    """What a candidate's kernels are compiled with beyond the specialization: its configuration, its boxes and,
+    for the weight gradient, whether the reduction is split (float32 partials and their sum, or dW itself)."""
     p = candidate.run.plan
     plans = [ph.plan for ph in p.phases] if hasattr(p, "phases") else [p]
-    return candidate.config, tuple(lp.x_map.block if lp.x_map is not None else None for lp in plans)
+    return (candidate.config, tuple(lp.x_map.block if lp.x_map is not None else None for lp in plans),
+            getattr(p, "split", None))
 
 
 def count_compiles() -> dict:

@@ -47,6 +47,22 @@ def test_dense_channels_last_weight_is_read_in_place():
     assert weights.weight_matrix(w, spec, DerivedWeightCache()).data_ptr() == w.data_ptr()
 
 
+def test_the_descriptor_is_built_on_the_weight_itself_or_its_cached_copy():
+    """At launch only the address counts (the descriptor's map gives the matrix shape): the weight itself where
+    it would be viewed, else the padded copy; the known dense strides are a shortcut, not a different answer."""
+    from conv_core.problem import dense_strides
+
+    w, cache = weight(c=16), DerivedWeightCache()
+    spec = WeightMatrix(rows=6, taps=6, cin=16, c_pad=16)
+    strides = dense_strides(tuple(w.shape), "channels_last")
+    assert weights.descriptor_base(w, spec, strides, cache) is w and weights.descriptor_base(w, spec, None, cache) is w
+    nchw = w.contiguous()
+    copy = weights.descriptor_base(nchw, spec, strides, cache)
+    assert copy is not nchw and torch.equal(copy, weights.pack(w, 16)) and len(cache) == 1
+    padded = weights.descriptor_base(w, WeightMatrix(6, 6, 16, 32), strides, cache)
+    assert torch.equal(padded, weights.pack(w, 32))
+
+
 def test_no_view_for_padded_channels_other_strides_or_misalignment():
     w = weight(c=16)
     assert weights.as_matrix(w, WeightMatrix(6, 6, 16, 32)) is None  # padded

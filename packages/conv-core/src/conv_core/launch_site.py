@@ -52,38 +52,40 @@ class LaunchSite:
     def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Launch with ``tensors`` (one per name of ``pointers``) on the current device and stream."""
         bound = [tensors[name] for name in self.pointers]
-        if self.arguments:
-            tensors = {**tensors, **{name: build(tensors[name]) for name, build in self.arguments.items()}}
         if bound[0].device.type != "cuda" or jit_only():
-            self._through_jit(tensors)
+            self._through_jit(self._converted(tensors))
             return
         key = (bound[0].device.index,
                *((t.dtype, t.data_ptr() % POINTER_ALIGNMENT == 0) for t in bound))
         runner = self._runners.get(key)
         if runner is None:
-            compiled = self._through_jit(tensors)
+            compiled = self._through_jit(self._converted(tensors))
             self._runners[key] = compiled[(*self.grid, 1, 1)[:3]]  # the launcher reads three grid sizes
             return
         template, slots = self._arguments
         args = template.copy()
-        for index, name in slots:
-            args[index] = tensors[name]
+        for index, name, build in slots:
+            args[index] = tensors[name] if build is None else build(tensors[name])
         runner(*args)
 
     def warmup(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Compile for tensors like ``tensors`` without launching (Triton's ``warmup``): a later launch finds the
         kernel in the JIT's cache (and in Triton's on-disk cache, for other processes)."""
-        converted = {**tensors, **{name: build(tensors[name]) for name, build in self.arguments.items()}}
-        self.kernel.warmup(**converted, **self.values, **self.options, grid=self.grid)
+        self.kernel.warmup(**self._converted(tensors), **self.values, **self.options, grid=self.grid)
+
+    def _converted(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, object]:
+        """The tensor parameters' arguments: each tensor, or what ``arguments`` builds on it."""
+        return {name: self.arguments[name](t) if name in self.arguments else t for name, t in tensors.items()}
 
     def _through_jit(self, tensors: Mapping[str, object]):
         return self.kernel[self.grid](**tensors, **self.values, **self.options)
 
     @functools.cached_property
-    def _arguments(self) -> tuple[list[object], tuple[tuple[int, str], ...]]:
+    def _arguments(self) -> tuple[list[object], tuple[tuple[int, str, Callable | None], ...]]:
         """The compiled kernel's launcher arguments, every kernel parameter in order (defaults filled in), with
-        the tensors' places left to fill: ``(values, ((index, name) of each tensor parameter))``."""
+        the tensors' places left to fill: ``(values, ((index, name, builder or None) of each tensor parameter))``."""
         parameters = list(inspect.signature(self.kernel.fn).parameters.items())
         template = [self.values.get(name, parameter.default) for name, parameter in parameters]
-        slots = tuple((index, name) for index, (name, _) in enumerate(parameters) if name in self.pointers)
+        slots = tuple((index, name, self.arguments.get(name)) for index, (name, _) in enumerate(parameters)
+                      if name in self.pointers)
         return template, slots

@@ -37,8 +37,10 @@ def sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _usable(t: torch.Tensor) -> bool:
-    return is_dense_in(t, LAYOUT) and t.data_ptr() % TMA_ALIGN == 0
+def _usable(t: torch.Tensor, strides: tuple[int, ...] | None = None) -> bool:
+    """Whether the kernels can read ``t`` as it is: dense channels-last (``strides``, when given, are its dense
+    strides: one comparison, where the general check costs a microsecond more) and 16-byte aligned."""
+    return t.data_ptr() % TMA_ALIGN == 0 and (t.stride() == strides or is_dense_in(t, LAYOUT))
 
 
 def _dense_copy(t: torch.Tensor) -> torch.Tensor:
@@ -68,8 +70,9 @@ class _Run:
     def __init__(self, problem: ConvProblem, plan) -> None:
         self.problem, self.plan = problem, plan
         self.dtypes = role_dtypes(problem, plan)
-        self._result = (problem.result_shape, dense_strides(problem.result_shape, LAYOUT),
-                        torch_dtype(problem.result_dtype))
+        #: the dense channels-last strides of the operands and of the result
+        self.strides = tuple(dense_strides(shape, LAYOUT) for shape in (*problem.operand_shapes, problem.result_shape))
+        self._result = (problem.result_shape, self.strides[-1], torch_dtype(problem.result_dtype))
         self._sites: dict[int, object] = {}
 
     def empty_result(self, device: torch.device) -> torch.Tensor:
@@ -100,12 +103,12 @@ class ForwardRun(_Run):
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
                  out: torch.Tensor | None = None) -> torch.Tensor:
-        x = x if _usable(x) else _dense_copy(x)
-        if out is not None and not _usable(out):
+        x = x if _usable(x, self.strides[0]) else _dense_copy(x)
+        if out is not None and not _usable(out, self.strides[-1]):
             out.copy_(self(x, w, bias))
             return out
         result = self.empty_result(x.device) if out is None else out
-        matrix = weights.descriptor_base(w, self.plan.weight)
+        matrix = weights.descriptor_base(w, self.plan.weight, self.strides[1])
         bias = result if bias is None else _aligned(bias)  # (read only with HAS_BIAS)
         with _on(x.device):
             self.sites(x.device)(dict(x=x, x_hi=x, w_desc=matrix, bias_ptr=bias, y_ptr=result, y_desc=result))
@@ -132,8 +135,8 @@ class DataGradRun(_Run):
 
     def __call__(self, dy: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None, *,
                  out: torch.Tensor | None = None) -> torch.Tensor:
-        dy = dy if _usable(dy) else _dense_copy(dy)
-        if out is not None and not _usable(out):
+        dy = dy if _usable(dy, self.strides[0]) else _dense_copy(dy)
+        if out is not None and not _usable(out, self.strides[-1]):
             out.copy_(self(dy, w))
             return out
         result = self.empty_result(dy.device) if out is None else out
@@ -173,9 +176,9 @@ class WeightGradRun(_Run):
         return weight_grad_sites(self.plan, self.dtypes, sms)
 
     def __call__(self, x: torch.Tensor, dy: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-        x = x if _usable(x) else _dense_copy(x)
-        dy = dy if _usable(dy) else _dense_copy(dy)
-        if out is not None and not _usable(out):
+        x = x if _usable(x, self.strides[0]) else _dense_copy(x)
+        dy = dy if _usable(dy, self.strides[1]) else _dense_copy(dy)
+        if out is not None and not _usable(out, self.strides[-1]):
             out.copy_(self(x, dy))
             return out
         result = self.empty_result(x.device) if out is None else out

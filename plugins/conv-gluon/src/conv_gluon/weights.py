@@ -66,10 +66,12 @@ def _pick_taps(t: torch.Tensor, dim: int, taps: tuple[int, ...]) -> torch.Tensor
     return picked if taps == ascending else picked.flip(dim)
 
 
-def in_place(w: torch.Tensor, spec: WeightMatrix) -> bool:
+def in_place(w: torch.Tensor, spec: WeightMatrix, strides: tuple[int, ...] | None = None) -> bool:
     """Whether the kernel reads ``w`` itself as its matrix: no padded channels, dense channels-last (its memory
-    order is then ``K, taps, C_G``) and 16-byte aligned, as TMA needs."""
-    return not spec.packed and w.data_ptr() % TMA_ALIGN == 0 and is_dense_in(w, "channels_last")
+    order is then ``K, taps, C_G``; ``strides``, when given, are those dense strides: a quicker check) and
+    16-byte aligned, as TMA needs."""
+    return not spec.packed and w.data_ptr() % TMA_ALIGN == 0 and (w.stride() == strides
+                                                                  or is_dense_in(w, "channels_last"))
 
 
 def as_matrix(w: torch.Tensor, spec: WeightMatrix) -> torch.Tensor | None:
@@ -90,11 +92,12 @@ def weight_matrix(w: torch.Tensor, spec: WeightMatrix, cache: DerivedWeightCache
     return cache.get(w, lambda: pack(w, spec.c_pad), form=("fwd", spec.c_pad))
 
 
-def descriptor_base(w: torch.Tensor, spec: WeightMatrix, cache: DerivedWeightCache = PACK_CACHE) -> torch.Tensor:
+def descriptor_base(w: torch.Tensor, spec: WeightMatrix, strides: tuple[int, ...] | None = None,
+                    cache: DerivedWeightCache = PACK_CACHE) -> torch.Tensor:
     """What the forward kernel's weight descriptor is built on (the descriptor's map gives the matrix's shape, so
     only the tensor's address and dtype count): the weight itself where :func:`as_matrix` would view it, else its
     cached padded copy. Cheaper than :func:`weight_matrix` by the view: it is on every call's path."""
-    if in_place(w, spec):
+    if in_place(w, spec, strides):
         return w
     return cache.get(w, lambda: pack(w, spec.c_pad), form=("fwd", spec.c_pad))
 
