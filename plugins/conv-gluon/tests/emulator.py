@@ -220,11 +220,19 @@ def run_bwd_weight(wplan: WeightGradPlan, problem, x: torch.Tensor, dy: torch.Te
     """What ``launch.run_bwd_weight`` would produce: every unit replayed in the kernel's order into its split's
     float32 slice (or, with one split, into ``dW`` itself), then the slices summed in split order. NaN marks an
     element never written; an element written twice fails."""
+    target = run_units(wplan, _flat_nhwc(x).double(), dy_matrix(wplan, dy).double())
+    out = sum_splits(wplan, target) if wplan.split else target
+    k, c = problem.weight_shape[:2]
+    return out.view(k, *problem.filter_size, c).movedim(-1, 1).to(torch_dtype(problem.result_dtype))
+
+
+def run_units(wplan: WeightGradPlan, xf: torch.Tensor, dym: torch.Tensor) -> torch.Tensor:
+    """One launch of ``kernels/bwd_weight.conv_bwd_weight``: ``xf`` the input's storage, ``dym`` the ``[J,
+    dy_channels]`` matrix the TMA reads; returns what it writes (the split slices, or ``dW`` itself; NaN: never
+    written)."""
     s = dict(wplan.scalars)
     size = wplan.splits * wplan.partial_numel if wplan.split else wplan.numel
     target = torch.full((size,), float("nan"), dtype=torch.float64)
-    xf = _flat_nhwc(x).double()
-    dym = dy_matrix(wplan, dy).double()  # [J, dy_channels], as the launch hands it to the TMA
     for unit in range(s["NUM_UNITS"]):
         split, g, tap, pid_m, pid_n = tiling.unit_coords(unit, s["TILES_M"], s["TILES_N"], s["TAPS"], s["GROUPS"],
                                                          dict(wplan.constexprs)["GROUP_M"])
@@ -236,9 +244,7 @@ def run_bwd_weight(wplan: WeightGradPlan, problem, x: torch.Tensor, dy: torch.Te
             a, b = _weight_grad_tiles(wplan, xf, dym, g, tap, pid_m, pid_n, step)
             acc += a.T @ b
         _store_partial(wplan, target, acc, split, g, tap, pid_m, pid_n)
-    out = _sum_splits(wplan, target) if wplan.split else target
-    k, c = problem.weight_shape[:2]
-    return out.view(k, *problem.filter_size, c).movedim(-1, 1).to(torch_dtype(problem.result_dtype))
+    return target
 
 
 def _filter_column_unit(wplan: WeightGradPlan, xf, dym, target, split, g, column, pid_m, pid_n) -> None:
@@ -263,7 +269,7 @@ def _filter_column_unit(wplan: WeightGradPlan, xf, dym, target, split, g, column
         _store_partial(wplan, target, acc, split, g, r * s["S"] + column, pid_m, pid_n)
 
 
-def _sum_splits(wplan: WeightGradPlan, ws: torch.Tensor) -> torch.Tensor:
+def sum_splits(wplan: WeightGradPlan, ws: torch.Tensor) -> torch.Tensor:
     """``kernels/bwd_weight.sum_splits``: each dW element from its padded place in every slice, in split order."""
     a = wplan.sum_scalars
     e = torch.arange(a["NUMEL"])

@@ -40,18 +40,18 @@ def test_a_captured_candidate_replays_on_new_inputs(name):
     device = torch.device("cuda")
     problem, offered = _offered(name)
     for c in offered:
-        a, b = random_operands(problem, device, 2)[:2]
-        c.run(a, b)  # compiled, weight copies cached
+        operands = random_operands(problem, device, 2)  # (and the bias, where the problem has one)
+        c.run(*operands)  # compiled, weight copies cached
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = c.run(a, b)
-        new_a, new_b = random_operands(problem, device, 3)[:2]
-        a.copy_(new_a)
-        b.copy_(new_b)  # the weight too: the graph must derive its copies from the weight as it is now
+            out = c.run(*operands)
+        new = random_operands(problem, device, 3)
+        for static, fresh in zip(operands, new):  # the weight too: the graph derives its copies from it as it is
+            static.copy_(fresh)
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(out, c.run(new_a, new_b)), c.kernel_id
+        assert torch.equal(out, c.run(*new)), c.kernel_id
 
 
 @pytest.mark.parametrize("name", PROBLEMS)
