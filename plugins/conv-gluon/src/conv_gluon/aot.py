@@ -1,8 +1,9 @@
 """Ahead-of-time compile checks: every shipped configuration (and the sweep space's), compiled on the CPU for sm_90a.
 
 ``python -m conv_gluon.aot [--jobs N] [--json PATH]`` compiles each specialization the tables can launch
-(:func:`jobs`) through ``GluonASTSource`` for ``GPUTarget("cuda", 90, 32)``, exactly as :mod:`conv_gluon.plan`
-sets it up for a launch, and reads the facts that decide whether it can run well (:func:`facts`):
+(:func:`jobs`) through ``GluonASTSource`` for ``GPUTarget("cuda", 90, 32)``, with the arguments
+:mod:`conv_gluon.plan` gives a launch, specialized as the JIT will (:mod:`conv_gluon.specialization`), and
+reads the facts that decide whether it can run well (:func:`facts`):
 
 - ``wgmma`` issued asynchronously: ``wgmma.mma_async`` and ``wgmma.wait_group 1`` in the PTX (one MMA left in
   flight while the previous stage is released; for the weight gradient's units of a filter column, a whole
