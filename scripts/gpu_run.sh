@@ -17,6 +17,14 @@
 #                package's data/swept/<arch>.json for the stages after it (OUT_DIR/sweep_NAME.json)
 #   gluon      : scripts/gpu_gluon.py's stages ($GLUON_ARGS) into OUT_DIR/gluon
 #   pytest:PATH : CUDA pytest of one test file (CONV_RDNA_TEST_DEVICE=cuda), -k $PYTEST_K if set
+#   models     : the real-model benchmark (conv-core bench --model) of each model in $MODELS (default: the issue's
+#                six) into OUT_DIR/models_NAME.json, modes $MODEL_MODES (default all), $MODEL_ARGS appended
+#   host       : host time per call (conv-core bench --host) into OUT_DIR/host.json
+#   holdout    : the ranking on layers no table saw (conv-core bench --holdout $HOLDOUT_ARGS) into OUT_DIR/holdout.json
+#   ddp        : the DDP training step on every GPU (conv_core.model_bench_ddp) into OUT_DIR/ddp.json
+#   graphs     : CUDA graph capture of a training step with each backend forced (conv-core's GPU test) and
+#                conv-gluon's launch-path checks (graph vs eager, host time, compilations) into OUT_DIR/gluon_host.json
+#   firstcall  : first-call cost of a converted ResNet-50 on an empty Triton cache (scripts/gpu_first_call.py)
 #   profile    : Nsight Compute on the kernels named conv_* of each case in $PROFILE_CASES (lines
 #                "KERNEL|LAYER KEY", run by scripts/profile_layer.py) into OUT_DIR/profile.txt
 # bench and tune load only aten and backend NAME (CONV_CORE_PLUGINS); REPS sets their repetitions (30);
@@ -122,6 +130,30 @@ for stage in "$@"; do
     pytest:*)
       CONV_RDNA_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider "${stage#pytest:}" ${PYTEST_K:+-k "$PYTEST_K"} \
         2>&1 | tail -30 | tee -a "$out/pytest.txt" || status=1
+      ;;
+    models)
+      for model in ${MODELS:-resnet50 convnext_tiny mobilenet_v3_large efficientnet_b0 retinanet sd_vae_decoder}; do
+        conv-core bench --model "$model" ${MODEL_MODES:+--modes "$MODEL_MODES"} --json "$out/models_$model.json" \
+          ${MODEL_ARGS:-} 2>&1 | tail -25 || status=1
+      done
+      ;;
+    host)
+      conv-core bench --host --json "$out/host.json" 2>&1 | tail -30 || status=1
+      ;;
+    holdout)
+      conv-core bench --holdout --json "$out/holdout.json" ${HOLDOUT_ARGS:-} 2>&1 | tail -30 || status=1
+      ;;
+    ddp)
+      NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 python3 -m torch.distributed.run \
+        --nproc_per_node "$(nvidia-smi -L | wc -l)" -m conv_core.model_bench_ddp --json "$out/ddp.json" \
+        2>&1 | tail -20 || status=1
+      ;;
+    graphs)
+      python3 -m pytest -q -p no:cacheprovider packages/conv-core/tests/test_gpu_graphs.py 2>&1 | tail -15 || status=1
+      python3 plugins/conv-gluon/tests/gpu_host_path.py "$out/gluon_host.json" 2>&1 | tail -30 || status=1
+      ;;
+    firstcall)
+      python3 scripts/gpu_first_call.py "$out/first_call.json" 2>&1 | tail -30 || status=1
       ;;
     profile)
       while IFS='|' read -r kernel layer; do
