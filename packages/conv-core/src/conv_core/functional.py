@@ -18,6 +18,7 @@ import torch
 
 from . import activations, ops
 from .call import ConvArgs, autocast_operands, check_call
+from . import engine as engine_module
 from .engine import get_engine
 from .problem import dtype_name, torch_dtype
 from .routes import CONV, Route, backward_data, backward_weight, bias_grad, build_route, cacheable, pre_activation_grad
@@ -121,7 +122,7 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
     except AttributeError:
         raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and "
                         f"{type(weight).__name__}") from None
-    calls = get_engine().calls
+    calls = (engine_module._engine or get_engine()).calls
     try:
         route = calls.get(key)
     except TypeError:  # an argument given as a list
