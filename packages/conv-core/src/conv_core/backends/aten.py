@@ -3,7 +3,8 @@
 It supports every problem PyTorch supports, on any device, and is the
 fallback and the baseline every plugin is ranked against. Asymmetric padding
 (which PyTorch's convolution lacks) is handled by padding the input
-explicitly and, for the data gradient, cropping the result.
+explicitly and, for the data gradient, cropping the result; symmetric padding is
+PyTorch's own, so each direction costs what PyTorch's autograd costs.
 """
 
 from __future__ import annotations
@@ -110,15 +111,18 @@ class _Forward(_Runner):
 
 
 class _BackwardData(_Runner):
+    """``dx`` as PyTorch's autograd computes it; with asymmetric padding, over the padded input, then cropped."""
+
     def __call__(self, dy, w, *, out=None):
         p = self.problem
-        padded = [i + lo + hi for i, (lo, hi) in zip(p.input_size, p.padding)]
+        padded = [i + lo + hi for i, (lo, hi) in zip(p.input_size, p.padding)] if self.pad else list(p.input_size)
         fake_input = dy.new_empty(1, dtype=self.compute).expand(p.batch, p.in_channels, *padded)
         dx, _, _ = torch.ops.aten.convolution_backward(
-            self.cast(dy), fake_input, self.cast(w), None, p.stride, [0] * self.ndim, p.dilation,
+            self.cast(dy), fake_input, self.cast(w), None, p.stride, self.padding, p.dilation,
             False, [0] * self.ndim, p.groups, [True, False, False])
-        crop = (slice(None), slice(None), *(slice(lo, lo + i) for i, (lo, _) in zip(p.input_size, p.padding)))
-        return self.finish(dx[crop], out)
+        if self.pad:
+            dx = dx[(slice(None), slice(None), *(slice(lo, lo + i) for i, (lo, _) in zip(p.input_size, p.padding)))]
+        return self.finish(dx, out)
 
 
 class _BackwardWeight(_Runner):
