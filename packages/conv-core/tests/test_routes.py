@@ -290,3 +290,15 @@ def test_a_win_smaller_than_the_host_allowance_stays_with_aten(monkeypatch):
     problem = call_problems(x, w, b, padding=1)[0]
     prove_faster(engine, [problem], ["counting:k:c"], aten_us=HOST_ALLOWANCE_US, us=HOST_ALLOWANCE_US / 2)
     assert engine.ranking(problem, x.device).best.kernel_id == "aten:native:default"  # 2x, yet too few us
+
+
+def test_first_use_timing_skips_plugins_where_aten_is_under_the_host_allowance(monkeypatch):
+    monkeypatch.setenv("CONV_CORE_BENCHMARK", "1")
+    backend = Counting()
+    use_backends(monkeypatch, counting=backend)
+    tiny = [torch.randn(1, 2, 3, 3), torch.randn(2, 2, 1, 1)]
+    conv_core.conv2d(*tiny)  # aten takes a few us here: nothing could earn the plugin its place
+    assert backend.runs == []
+    big = [torch.randn(4, 64, 48, 48), torch.randn(64, 64, 3, 3)]
+    conv_core.conv2d(*big, padding=1)  # milliseconds on the CPU: the plugin is timed too
+    assert backend.runs and set(backend.runs) == {"fwd"}
