@@ -30,7 +30,7 @@ from conv_core.aot import compile_all, ptxas_stats
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
 
-from . import configs, plan, sweep, winograd, winograd_bwd_weight
+from . import configs, plan, specialization, sweep, winograd, winograd_bwd_weight
 
 #: Compile targets: arch name -> (Triton backend, arch, warp size).
 TARGETS = {
@@ -63,10 +63,10 @@ ASYNC_COPY_PATTERN = r"\bcp\.async\.c[ag]\.shared\.global\b"
 
 
 #: Forward geometries the jobs compile on. ``mid``: every configuration, every dtype and layout. The
-#: others catch what Triton's JIT specializes at run time (integer arguments equal to 1 become
-#: constants): 1D problems (height 1, height stride 0) with few and many channels, a unit-channel image
-#: row, a 1x1 filter with stride 2; they are compiled once per kernel and target, with the configuration
-#: the table picks for them.
+#: others catch what Triton's JIT specializes at run time (integer arguments equal to 1 become constants,
+#: but for the sizes, ``kernels.common.SIZES``): 1D problems (height stride 0) with few and many channels, a
+#: unit-channel image row (strides of 1), a 1x1 filter with stride 2; they are compiled once per kernel and
+#: target, with the configuration the table picks for them.
 SHAPES = {
     "mid": dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), filter_size=3, padding=1),
     "conv1d": dict(batch=2, in_channels=8, out_channels=8, input_size=(30,), filter_size=3, stride=2, padding=1),
@@ -138,7 +138,7 @@ class Job:
         else:
             what = f"{self.kernel}.reduce"
         shape = "" if self.shape == "mid" else f"-{self.shape}"
-        return f"{self.target}-{what}{shape}-{self.config}-{plan.TRITON_DTYPE[self.dtype]}-{self.layout[9:]}"
+        return f"{self.target}-{what}{shape}-{self.config}-{specialization.TRITON_DTYPE[self.dtype]}-{self.layout[9:]}"
 
     @property
     def expects_matrix_instructions(self) -> bool:
@@ -216,11 +216,10 @@ def jobs(targets=tuple(TARGETS)) -> list[Job]:
     found: dict[tuple, Job] = {}
 
     def add(target, tab, kernel, config, problem, shape):
-        for index, launch in enumerate(plan.make_plan(problem, kernel, config, tab).launches):
-            signature, constexprs, _ = plan.aot_specialization(launch, plan.role_dtypes(problem))
-            key = (target, launch.name, tuple(signature.items()), tuple(constexprs.items()), launch.num_warps,
-                   launch.num_stages)
-            found.setdefault(key, Job(target, kernel, config.name, problem.dtype, problem.layout, index, shape))
+        keys = specialization.plan_keys(problem, plan.make_plan(problem, kernel, config, tab))
+        for index, key in enumerate(keys):
+            found.setdefault((target, key), Job(target, kernel, config.name, problem.dtype, problem.layout, index,
+                                                shape))
 
     for target in targets:
         tab = configs.table(target)
@@ -297,7 +296,7 @@ def compile_launch(launch: plan.Launch, dtypes: dict[str, str], target: str):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    signature, constexprs, attrs = plan.aot_specialization(launch, dtypes)
+    signature, constexprs, attrs = specialization.of_launch(launch, dtypes)
     backend, arch, warp = TARGETS[target]
     log = io.StringIO()
     triton.knobs.compilation.always_compile = True  # a cache hit would skip ptxas and its log
@@ -327,7 +326,7 @@ def compile_job(job: Job) -> dict:
         config = _find_config(tab, job.kernel, job.config)
         problem = representative_problem(job.kernel, job.dtype, job.layout, job.target, job.shape)
         launch = plan.make_plan(problem, job.kernel, config, tab).launches[job.launch]
-        _, stats = compile_launch(launch, plan.role_dtypes(problem), job.target)
+        _, stats = compile_launch(launch, specialization.role_dtypes(problem), job.target)
         result.update(ok=True, pipelined=bool(dict(launch.constexprs).get("PIPELINED")),
                       estimated_shared=config.shared_bytes(job.dtype)
                       if job.launch == MATRIX_LAUNCH.get(job.kernel, 0) else 0, **stats)

@@ -4,7 +4,7 @@
 grid, scalar arguments, constexprs, warps, stages), which tensor each pointer argument is, and the
 float32 workspace. It needs no tensors: strides are those of dense tensors in ``problem.layout``,
 which is what ``Candidate.run`` receives (:mod:`conv_rdna.launch` checks it). The same plan drives the
-launch and the ahead-of-time compile checks (:func:`aot_specialization`, used by :mod:`conv_rdna.aot`),
+launch and the ahead-of-time compile checks (:mod:`conv_rdna.specialization`, used by :mod:`conv_rdna.aot`),
 so the compile test compiles exactly what ships.
 
 1D problems run as 2D with ``H = 1`` (height strides 0). Tensor offsets are 32-bit: problems whose
@@ -19,7 +19,6 @@ import math
 import os
 from dataclasses import dataclass
 
-from conv_core.aot import specialize
 from conv_core.geometry import Geometry
 from conv_core.launch_site import LaunchSite
 from conv_core.problem import ConvProblem, dense_strides
@@ -35,7 +34,6 @@ from .kernels.few_channels import conv_fwd_few_cin, conv_fwd_few_cout
 from .kernels.few_channels_bwd import conv_bwd_weight_few_cin, conv_bwd_weight_few_cout
 from .kernels.gemm1x1 import conv_gemm1x1
 from .kernels.implicit_gemm import conv_fwd_implicit_gemm
-from .kernels.winograd import m_dtype as winograd_m_dtype
 
 #: Largest element count (and so offset) of any tensor a kernel indexes with 32-bit arithmetic.
 INT32_ELEMENTS = 2**31 - 1
@@ -76,10 +74,6 @@ DEPTHWISE_KERNELS = ("depthwise_fwd", "depthwise_bwd_data", "depthwise_bwd_weigh
 #: Triton specializes an integer argument on its divisibility by this: what the compiler knows of an
 #: address without the kernel's hints.
 COMPILER_DIVISIBILITY = 16
-
-#: Triton's names of the pointer element types.
-TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-
 
 def interpreting() -> bool:
     """Whether Triton kernels run under the CPU interpreter in this process."""
@@ -249,6 +243,14 @@ def pixel_vector(pixels: int, *strides: int) -> int:
     return math.gcd(8, pixels, *strides)
 
 
+def row_vector(layout: str, *rows: int) -> int:
+    """``ROW_VEC`` of the kernels that decode pixel rows (``kernels.common.row_length``): 16 in channels-first,
+    whose loads and stores run along the rows, where every row length given is a multiple of 16; else 1 (in
+    channels-last the rows' alignment changes no load, so that no image size compiles a kernel again)."""
+    aligned = all(row % COMPILER_DIVISIBILITY == 0 for row in rows)
+    return COMPILER_DIVISIBILITY if layout == "channels_first" and aligned else 1
+
+
 def divisor(d: int) -> tuple[int, int]:
     """``(MAGIC, SHIFT)`` with which ``kernels.common.divide`` divides by ``d`` (``1 <= d < 2**31``): ``SHIFT =
     ceil(log2 d)`` and ``MAGIC = floor(2**32 * (2**SHIFT - d) / d) + 1``, below 2**32, passed as the signed 32-bit
@@ -316,7 +318,8 @@ def _forward_gemm_args(problem: ConvProblem, config: TileConfig, g: Geometry, we
     scalars = {**_conv_scalars(g), **_named("sx", sx), **weight, **output}
     grid = (_cdiv(g.batch * g.p * g.q, config.block_m) * _cdiv(g.cout, config.block_n), g.groups)
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
-    constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
+    constexprs = {**_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m,
+                  "ROW_VEC": row_vector(problem.layout, g.q)}
     return grid, pointers, scalars, constexprs
 
 
@@ -363,7 +366,8 @@ def _gemm1x1(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTab
     pointers = dict(a_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     pixels_contiguous = sa[3] == 1 and sy[3] == 1  # channels first (or one channel)
     pix_vec = pixel_vector(g.h * g.w, sa[0], sa[1], sy[0], sy[1]) if pixels_contiguous else 1
-    constexprs = {"PIX_VEC": pix_vec, **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
+    constexprs = {"PIX_VEC": pix_vec, **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m,
+                  "ROW_VEC": row_vector(problem.layout, g.h * g.w)}
     return Plan(kernel, config, 1, (_launch(conv_gemm1x1, grid, pointers, scalars, constexprs, config),))
 
 
@@ -400,7 +404,8 @@ def _col2im_gemm(problem: ConvProblem, g: Geometry, config: TileConfig, n0: int,
                    syn=g.p * g.q * z_cols, syc=1, syp=z_cols)
     grid = (_cdiv(images * g.p * g.q, config.block_m) * _cdiv(cols, config.block_n), g.groups)
     pointers = dict(a_ptr="a", w_ptr="b", bias_ptr="workspace", y_ptr="workspace")
-    constexprs = dict(PIX_VEC=1, HAS_BIAS=False, ACTIVATION="", **_tiles(config), GROUP_M=config.group_m)
+    constexprs = dict(PIX_VEC=1, HAS_BIAS=False, ACTIVATION="", **_tiles(config), GROUP_M=config.group_m,
+                      ROW_VEC=row_vector(problem.layout, g.p * g.q))
     return _launch(conv_gemm1x1, grid, pointers, scalars, constexprs, config)
 
 
@@ -433,7 +438,7 @@ def _bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
                "H_PH": h_ph, "W_PH": w_ph, **_named("sdy", sdy), **_weight_scalars(problem), **_named("sdx", sdx)}
     grid = (_cdiv(g.batch * h_ph * w_ph, config.block_m) * _cdiv(g.cin, config.block_n), g.groups * sh * sw_)
     pointers = dict(dy_ptr="a", w_ptr="b", dx_ptr="out")
-    constexprs = {**_tiles(config), "GROUP_M": config.group_m}
+    constexprs = {**_tiles(config), "GROUP_M": config.group_m, "ROW_VEC": row_vector(problem.layout, w_ph, g.w)}
     return Plan(kernel, config, 1, (_launch(conv_bwd_data_phased, grid, pointers, scalars, constexprs, config),))
 
 
@@ -464,7 +469,8 @@ def _bwd_weight(problem: ConvProblem, kernel: str, config: TileConfig, tab: Arch
                **_named("sdy", sdy), "so_split": numel if (target == "workspace" and not atomic) else 0,
                **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
     grid = (_cdiv(g.cout, config.block_m) * _cdiv(g.cin, config.block_n) * g.r * g.s, g.groups, split)
-    constexprs = {"ATOMIC": atomic, "CHANNELS_LAST": problem.layout == "channels_last", **_tiles(config)}
+    constexprs = {"ATOMIC": atomic, "CHANNELS_LAST": problem.layout == "channels_last", **_tiles(config),
+                  "ROW_VEC": row_vector(problem.layout, g.q)}
     launches = [_launch(conv_bwd_weight_partial, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars,
                         constexprs, config)]
     if target == "workspace":  # sum the partials in split order (atomics: one buffer), cast to the result
@@ -847,7 +853,7 @@ def _few_channels_bwd_weight(problem: ConvProblem, kernel: str, config: TileConf
                "so_split": numel if workspace else 0, **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))}
     rows, cols = (g.cout * g.r * g.s, g.cin) if cout_rows else (g.cout, g.cin * g.r * g.s)
     grid = (_cdiv(rows, config.block_m) * _cdiv(cols, config.block_n), g.groups, split)
-    constexprs = _tiles(config)
+    constexprs = {**_tiles(config), "ROW_VEC": row_vector(problem.layout, g.w if cout_rows else g.q)}
     if not cout_rows:
         constexprs["CHANNELS_INNER"] = problem.layout == "channels_last"
     kernel_fn = conv_bwd_weight_few_cout if cout_rows else conv_bwd_weight_few_cin
@@ -969,23 +975,3 @@ def _depthwise_bwd_weight(problem: ConvProblem, kernel: str, config, tab: ArchTa
     if workspace:  # sum the partials in split order, cast to the result
         launches.append(_reduce_launch(numel, split, tab))
     return Plan(kernel, config, split, tuple(launches), workspace)
-
-
-# ---- ahead-of-time compilation ------------------------------------------------------------------------
-
-
-def role_dtypes(problem: ConvProblem) -> dict[str, str]:
-    """Element dtype of each pointer role."""
-    a, b = problem.operand_dtypes
-    return {"a": a, "b": b, "bias": problem.out_dtype, "out": problem.result_dtype, "workspace": "float32",
-            # Winograd: transformed weight (or dy) and input (the GEMM's operands), the GEMM's result (of the
-            # weight gradient: z, float32 partials)
-            "u": a, "v": a, "m": winograd_m_dtype(a), "z": "float32"}
-
-
-def aot_specialization(launch: Launch, dtypes: dict[str, str]) -> tuple[dict, dict, dict]:
-    """``(signature, constexprs, attrs)`` for ``triton.compile(ASTSource(...))``, as Triton's JIT would
-    specialize this launch (:func:`conv_core.aot.specialize`; every pointer 16-byte aligned, as torch
-    allocates)."""
-    pointers = {name: ("*" + TRITON_DTYPE[dtypes[role]], True) for name, role in launch.pointers}
-    return specialize(launch.kernel.arg_names, pointers, dict(launch.scalars), dict(launch.constexprs))

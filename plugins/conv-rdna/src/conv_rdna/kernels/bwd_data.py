@@ -21,21 +21,22 @@ stride_w)`` pixels, and masks the rest. The reduction is one flat loop over the 
 ``BLOCK_K`` output channels.
 """
 
-import triton
 import triton.language as tl
 
-from .common import cast_for_store, mma, swizzle
+from .common import cast_for_store, jit_any_size, mma, row_length, swizzle
 
 
-@triton.jit
+@jit_any_size
 def conv_bwd_data_phased(
     dy_ptr, w_ptr, dx_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
     STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, STEP_R, STEP_S, H_PH, W_PH,
     sdyn, sdyc, sdyh, sdyw, swk, swc, swr, sws, sdxn, sdxc, sdxh, sdxw,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
+    W_PH = row_length(W_PH, ROW_VEC)  # the host vouches for both
+    W = row_length(W, ROW_VEC)
     phases = STRIDE_H * STRIDE_W
     g = tl.program_id(1) // phases
     ph = (tl.program_id(1) % phases) // STRIDE_W

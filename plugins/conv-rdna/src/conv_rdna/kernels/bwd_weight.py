@@ -24,13 +24,12 @@ a division); in channels-first they run along the pixels and ``//`` and ``%`` st
 reads from them that ``q`` runs in steps of one where ``Q`` is a multiple of 16, and vectorises the loads.
 """
 
-import triton
 import triton.language as tl
 
-from .common import cast_for_store, mma, pixel_coords, weight_grad_tile
+from .common import as_multiple, cast_for_store, jit_any_size, mma, pixel_coords, row_length, weight_grad_tile
 
 
-@triton.jit
+@jit_any_size
 def conv_bwd_weight_partial(
     x_ptr, dy_ptr, out_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
@@ -40,8 +39,10 @@ def conv_bwd_weight_partial(
     so_split, so_k, so_c, so_r, so_s,
     ATOMIC: tl.constexpr, CHANNELS_LAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
+    Q = row_length(Q, ROW_VEC)
+    PIX_PER_SPLIT = as_multiple(PIX_PER_SPLIT, BLOCK_K)  # whole blocks: each step starts on a block
     g = tl.program_id(1)
     split = tl.program_id(2)
     r, s, offs_m, m_ok, offs_n, n_ok = weight_grad_tile(K_G, C_G, R, S, BLOCK_M, BLOCK_N)  # channels of the group
@@ -79,7 +80,7 @@ def conv_bwd_weight_partial(
         tl.store(out, cast_for_store(acc, out_ptr, INTERPRET), mask=mask)
 
 
-@triton.jit
+@jit_any_size
 def reduce_splits(ws_ptr, out_ptr, NUMEL, SPLITS, BLOCK: tl.constexpr, SPLIT_ROWS: tl.constexpr,
                   INTERPRET: tl.constexpr):
     """``out[e] = sum_{s < SPLITS} ws[s*NUMEL + e]``, cast to ``out``'s dtype.

@@ -43,7 +43,8 @@ tile into its own workspace slice; ``bwd_weight.reduce_splits`` sums the slices 
 import triton
 import triton.language as tl
 
-from .common import add_bias_and_activate, cast_for_store, divide, mma, swizzle, weight_grad_tile
+from .common import (add_bias_and_activate, as_multiple, cast_for_store, divide, jit_any_size, mma, swizzle,
+                     weight_grad_tile)
 
 
 @triton.jit
@@ -75,7 +76,7 @@ def _fwd_step(i, x_image, w_cols, offs_m, m_ok, h0, w0, n_ok, C_G, H, W, R, S, P
     return a, b
 
 
-@triton.jit
+@jit_any_size
 def conv_fwd_cf(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
@@ -86,6 +87,7 @@ def conv_fwd_cf(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
+    PQ = as_multiple(PQ, PIX_VEC)  # the pipeliner drops hints: it sees the pixels' alignment through PQ alone
     g = tl.program_id(1)
     tiles_per_image = tl.cdiv(PQ, BLOCK_M)
     pid_m, pid_n = swizzle(tl.program_id(0), BATCH * tiles_per_image, tl.cdiv(K_G, BLOCK_N), GROUP_M)
@@ -167,7 +169,7 @@ def _bwd_weight_step(blk, dy_rows, x_cols, m_ok, n_ok, r, s, tap_shift, blocks_p
     return a, b
 
 
-@triton.jit
+@jit_any_size
 def conv_bwd_weight_cf(
     x_ptr, dy_ptr, out_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
@@ -178,6 +180,7 @@ def conv_bwd_weight_cf(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
+    PQ = as_multiple(PQ, PIX_VEC)  # the pipeliner drops hints: it sees the pixels' alignment through PQ alone
     g = tl.program_id(1)
     split = tl.program_id(2)
     r, s, offs_m, m_ok, offs_n, n_ok = weight_grad_tile(K_G, C_G, R, S, BLOCK_M, BLOCK_N)  # channels of the group

@@ -35,7 +35,7 @@ To bound the workspace the host runs both kernels on chunks of whole images
 import triton
 import triton.language as tl
 
-from .common import cast_for_store
+from .common import cast_for_store, jit_any_size
 from .few_channels import inside
 
 
@@ -49,7 +49,7 @@ def first_tap(e, DIL, STRIDE: tl.constexpr, STEP: tl.constexpr, R):
     return first
 
 
-@triton.jit
+@jit_any_size
 def conv_col2im(
     z_ptr, dx_ptr,
     BATCH, N0, H, W, P, Q, R, S, PAD_H, PAD_W, DIL_H, DIL_W, H_PH, W_PH,

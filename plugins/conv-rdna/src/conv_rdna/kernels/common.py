@@ -8,8 +8,35 @@ products of two 11-bit or 8-bit significands fit in float32) and :func:`cast_for
 bf16 explicitly. Compiled kernels never take those branches.
 """
 
+import inspect
+
 import triton
 import triton.language as tl
+
+#: The integer parameters, by name, whose values change with the batch size or the image size: extents and
+#: pixel counts, their magic-number divisors, chunk and split sizes. Triton's JIT would compile a kernel
+#: again for each new value of 1 or change of divisibility by 16 among them; :func:`jit_any_size` tells it
+#: not to specialise on them. Strides stay specialised: in channels-last they are multiples of the channel
+#: count, so their alignment (which the vector loads need) is a fact of the layer, not of the image.
+SIZES = frozenset({
+    "BATCH", "H", "W", "P", "Q", "PQ", "HW", "H_PH", "W_PH", "N0", "A_OFF", "T", "TILES_H", "TILES_W", "TILES",
+    "TILES_Q", "P_MAGIC", "P_SHIFT", "Q_MAGIC", "Q_SHIFT", "PIX_PER_SPLIT", "BLOCKS_PER_SPLIT",
+    "ROWS_PER_SPLIT", "TILES_PER_SPLIT", "SPLITS",
+})
+
+
+def jit_any_size(fn):
+    """``triton.jit`` for a kernel whose parameters named in :data:`SIZES` are left unspecialised, so that a
+    new batch or image size runs the kernel already compiled for the layer."""
+    return triton.jit(fn, do_not_specialize=[name for name in inspect.signature(fn).parameters if name in SIZES])
+
+
+def unspecialized(kernel) -> frozenset[str]:
+    """The parameters ``kernel`` (a JIT function, or the interpreter's) is not specialised on."""
+    listed = getattr(kernel, "do_not_specialize", None)
+    if listed is None:  # Triton's interpreter keeps the decorator's arguments
+        listed = getattr(kernel, "kwargs", {}).get("do_not_specialize") or ()
+    return frozenset(kernel.arg_names[item] if isinstance(item, int) else item for item in listed)
 
 
 @triton.jit
@@ -62,11 +89,12 @@ def add_bias_and_activate(acc, bias_ptr, offs_n, n_ok, HAS_BIAS: tl.constexpr, A
 
 @triton.jit
 def forward_tile(BATCH, P, Q, K_G, STRIDE_H, STRIDE_W, PAD_H, PAD_W, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 GROUP_M: tl.constexpr):
+                 GROUP_M: tl.constexpr, ROW_VEC: tl.constexpr):
     """This program's tile of a forward implicit GEMM (``program_id(0)``, in ``GROUP_M`` row sweeps). Rows:
     output pixels ``(n, p, q)`` of the whole batch (flat ``offs_m``, real where ``m_ok``) and the top-left input
     pixel ``(h0, w0)`` of each one's window, decoded once; columns: produced channels ``offs_n`` of the group
-    (real where ``n_ok``)."""
+    (real where ``n_ok``). ``ROW_VEC``: see :func:`row_length`."""
+    Q = row_length(Q, ROW_VEC)
     M = BATCH * P * Q
     pid_m, pid_n = swizzle(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K_G, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -75,6 +103,15 @@ def forward_tile(BATCH, P, Q, K_G, STRIDE_H, STRIDE_W, PAD_H, PAD_W, BLOCK_M: tl
     n = offs_m // (Q * P)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     return offs_m, offs_m < M, n, p, q, p * STRIDE_H - PAD_H, q * STRIDE_W - PAD_W, offs_n, offs_n < K_G
+
+
+@triton.jit
+def row_length(length, ROW_VEC: tl.constexpr):
+    """The length of the pixel rows a kernel decodes (``offs % length``), known to the compiler to divide by
+    ``ROW_VEC`` (the host's word: 16 in channels-first where it does, else 1). In channels-first the pixels of a
+    row are the contiguous axis: knowing that its runs of 16 start on multiples of 16 is what lets the compiler
+    move them in vectors, as it did when it specialised on the length itself."""
+    return as_multiple(length, ROW_VEC)
 
 
 @triton.jit
@@ -120,6 +157,14 @@ def divide(j, MAGIC, SHIFT):
     ju = j.to(tl.uint32, bitcast=True)
     high = tl.umulhi(ju, tl.cast(MAGIC, tl.uint32, bitcast=True))
     return ((high + ju) >> SHIFT).to(tl.int32, bitcast=True)
+
+
+@triton.jit
+def as_multiple(value, unit):
+    """``value``, a multiple of ``unit``, as ``(value // unit) * unit``: the same number, which the compiler now
+    knows to divide by whatever it knows divides ``unit`` (a constexpr, or a specialised argument). How an
+    unspecialised size (:data:`SIZES`) keeps the alignment the JIT used to read from its value."""
+    return (value // unit) * unit
 
 
 @triton.jit

@@ -19,12 +19,11 @@ addressed through its strides (NCHW and NHWC in place); the group is ``program_i
 activation and the cast.
 """
 
-import triton
 import triton.language as tl
 
-from .common import add_bias_and_activate, cast_for_store, forward_tile, mma
+from .common import add_bias_and_activate, cast_for_store, forward_tile, jit_any_size, mma
 
-@triton.jit
+@jit_any_size
 def conv_fwd_3x3(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, C_G, H, W, K_G, P, Q,
@@ -32,13 +31,13 @@ def conv_fwd_3x3(
     sxn, sxc, sxh, sxw, W_OFF, swg, swo, swi, swr, sws, Y_OFF, syn, syc, syh, syw,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     TAPS_H: tl.constexpr = 3  # the filter this kernel is compiled for
     TAPS_W: tl.constexpr = 3
     g = tl.program_id(1)
     offs_m, m_ok, n, p, q, h0, w0, offs_n, n_ok = forward_tile(BATCH, P, Q, K_G, STRIDE_H, STRIDE_W, PAD_H, PAD_W,
-                                                               BLOCK_M, BLOCK_N, GROUP_M)
+                                                               BLOCK_M, BLOCK_N, GROUP_M, ROW_VEC)
     offs_c = tl.arange(0, BLOCK_K)
 
     x_rows = x_ptr + g * C_G * sxc + n * sxn  # [BLOCK_M] each pixel's image

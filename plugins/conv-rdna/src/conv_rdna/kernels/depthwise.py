@@ -60,7 +60,7 @@ bfloat16 under the interpreter: there is no ``tl.dot`` here, so only the store n
 import triton
 import triton.language as tl
 
-from .common import activation, cast_for_store
+from .common import activation, cast_for_store, jit_any_size
 
 
 @triton.jit
@@ -96,7 +96,7 @@ def _epilogue(acc, bias, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
     return activation(acc, ACTIVATION)
 
 
-@triton.jit
+@jit_any_size
 def conv_dw_fwd(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, C, H, W, K, P, Q, R, MULT,
@@ -175,7 +175,7 @@ def conv_dw_fwd(
         _store_cols(acc3, y_ptr, k * syc, y_pix + 3 * syw, (p < P) & (q + 3 < Q), c_ok, ALIGN, INTERPRET)
 
 
-@triton.jit
+@jit_any_size
 def conv_dw_bwd_data(
     dy_ptr, w_ptr, dx_ptr,
     BATCH, C, H, W, K, P, Q, R, MULT,
@@ -265,7 +265,7 @@ def conv_dw_bwd_data(
         _store_cols(acc3, dx_ptr, c * sdxc, dx_pix + 3 * sdxw, (h < H) & (w + 3 < W), c_ok, ALIGN, INTERPRET)
 
 
-@triton.jit
+@jit_any_size
 def conv_dw_bwd_weight(
     x_ptr, dy_ptr, out_ptr,
     BATCH, C, H, W, K, P, Q, R, S, MULT,

@@ -81,7 +81,7 @@ the input (the kernel is offered for at most 8 output channels per group).
 import triton
 import triton.language as tl
 
-from .common import activation, add_bias_and_activate, cast_for_store, mma, swizzle
+from .common import activation, add_bias_and_activate, cast_for_store, jit_any_size, mma, row_length, swizzle
 
 #: Offset that sends a row or reduction lane out of bounds (negative, so ``(unsigned) h < H`` fails).
 FAR = tl.constexpr(-(1 << 29))
@@ -112,7 +112,7 @@ def decode_tap_channel(k, C_G, R, S, CHANNELS_INNER: tl.constexpr):
     return r, s, c
 
 
-@triton.jit
+@jit_any_size
 def conv_fwd_few_cin(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, H, W, K_G, P, Q,
@@ -121,8 +121,9 @@ def conv_fwd_few_cin(
     C_G: tl.constexpr, R: tl.constexpr, S: tl.constexpr, OUTER: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    CHANNELS_INNER: tl.constexpr, INTERPRET: tl.constexpr,
+    CHANNELS_INNER: tl.constexpr, ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
+    Q = row_length(Q, ROW_VEC)
     g = tl.program_id(1)
     M = BATCH * P * Q
     pid_m, pid_n = swizzle(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K_G, BLOCK_N), GROUP_M)
@@ -171,7 +172,7 @@ def conv_fwd_few_cin(
     tl.store(y, cast_for_store(acc, y_ptr, INTERPRET), mask=m_ok[:, None] & n_ok[None, :])
 
 
-@triton.jit
+@jit_any_size
 def conv_fwd_few_cout(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,

@@ -85,7 +85,7 @@ gradient of few input channels also has :mod:`.col2im`: the GEMM over ``dy`` onc
 import triton
 import triton.language as tl
 
-from .common import cast_for_store, mma
+from .common import as_multiple, cast_for_store, jit_any_size, mma, row_length
 from .few_channels import FAR, decode_tap_channel, inside
 
 
@@ -104,7 +104,7 @@ def _store_partial(acc, out_ptr, so_split, rows, row_ok, cols, col_ok, INTERPRET
     tl.store(out, cast_for_store(acc, out_ptr, INTERPRET), mask=row_ok[:, None] & col_ok[None, :])
 
 
-@triton.jit
+@jit_any_size
 def conv_bwd_weight_few_cin(
     x_ptr, dy_ptr, out_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
@@ -112,8 +112,10 @@ def conv_bwd_weight_few_cin(
     sxn, sxc, sxh, sxw, sdyn, sdyc, sdyh, sdyw,
     so_split, so_k, so_c, so_r, so_s,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    CHANNELS_INNER: tl.constexpr, INTERPRET: tl.constexpr,
+    CHANNELS_INNER: tl.constexpr, ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
+    Q = row_length(Q, ROW_VEC)
+    PIX_PER_SPLIT = as_multiple(PIX_PER_SPLIT, BLOCK_K)  # whole blocks: each step starts on a block
     g = tl.program_id(1)
     K_RED = C_G * R * S
     n_tiles = tl.cdiv(K_RED, BLOCK_N)
@@ -152,7 +154,7 @@ def conv_bwd_weight_few_cin(
                    red_ok, INTERPRET)
 
 
-@triton.jit
+@jit_any_size
 def conv_bwd_weight_few_cout(
     x_ptr, dy_ptr, out_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
@@ -160,8 +162,10 @@ def conv_bwd_weight_few_cout(
     sxn, sxc, sxh, sxw, sdyn, sdyc, sdyh, sdyw,
     so_split, so_k, so_c, so_r, so_s,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
+    W = row_length(W, ROW_VEC)  # the rows of x, which this kernel walks
+    PIX_PER_SPLIT = as_multiple(PIX_PER_SPLIT, BLOCK_K)  # whole blocks: each step starts on a block
     g = tl.program_id(1)
     RS = R * S
     m_tiles = tl.cdiv(K_G * RS, BLOCK_M)

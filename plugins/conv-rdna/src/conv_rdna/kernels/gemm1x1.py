@@ -23,21 +23,22 @@ Tiling: one program per ``[BLOCK_M, BLOCK_N]`` tile of ``OUT`` (``GROUP_M`` row 
 pointer increment. The bias / activation epilogue is the forward one (off for the data gradient).
 """
 
-import triton
 import triton.language as tl
 
-from .common import add_bias_and_activate, cast_for_store, mma, swizzle
+from .common import add_bias_and_activate, as_multiple, cast_for_store, jit_any_size, mma, row_length, swizzle
 
 
-@triton.jit
+@jit_any_size
 def conv_gemm1x1(
     a_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, HW, C_RED, C_OUT,
     A_OFF, san, sac, sap, sw_red, sw_out, sw_group, syn, syc, syp,
     PIX_VEC: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
+    HW = row_length(HW, ROW_VEC)  # an image's pixels: one row here
+    A_OFF = as_multiple(A_OFF, san)  # whole images: as aligned as an image
     g = tl.program_id(1)
     M = BATCH * HW
     pid_m, pid_n = swizzle(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(C_OUT, BLOCK_N), GROUP_M)

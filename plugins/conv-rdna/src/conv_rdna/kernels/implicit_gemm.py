@@ -18,13 +18,12 @@ few channels. Every tensor is addressed through its strides: NCHW and NHWC are r
 place. 1D convolutions run as ``H = 1``.
 """
 
-import triton
 import triton.language as tl
 
-from .common import add_bias_and_activate, cast_for_store, forward_tile, mma
+from .common import add_bias_and_activate, cast_for_store, forward_tile, jit_any_size, mma
 
 
-@triton.jit
+@jit_any_size
 def conv_fwd_implicit_gemm(
     x_ptr, w_ptr, bias_ptr, y_ptr,
     BATCH, C_G, H, W, K_G, P, Q, R, S,
@@ -32,11 +31,11 @@ def conv_fwd_implicit_gemm(
     sxn, sxc, sxh, sxw, swk, swc, swr, sws, syn, syc, syh, syw,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     g = tl.program_id(1)
     offs_m, m_ok, n, p, q, h0, w0, offs_n, n_ok = forward_tile(BATCH, P, Q, K_G, STRIDE_H, STRIDE_W, PAD_H, PAD_W,
-                                                               BLOCK_M, BLOCK_N, GROUP_M)
+                                                               BLOCK_M, BLOCK_N, GROUP_M, ROW_VEC)
     offs_c = tl.arange(0, BLOCK_K)
 
     x_rows = x_ptr + g * C_G * sxc + n * sxn  # [BLOCK_M] start of each pixel's image

@@ -92,7 +92,7 @@ from fractions import Fraction
 import triton
 import triton.language as tl
 
-from .common import activation, cast_for_store, mma, swizzle
+from .common import activation, cast_for_store, jit_any_size, mma, swizzle
 
 # ---- the transform matrices, exactly ------------------------------------------------------------------
 
@@ -237,7 +237,7 @@ def _load_taps(base, swr, mask):
             tl.load(base + 2 * swr, mask=mask, other=0.0).to(tl.float32))
 
 
-@triton.jit
+@jit_any_size
 def winograd_weight_transform(
     w_ptr, u_ptr, C, K, W_OFF, swo, swi, swr, sws,
     BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
@@ -279,7 +279,7 @@ def _load_column(base, h0, col_ok, H, sxh, mask):
     return _bt6(d0, d1, d2, d3, d4, d5)
 
 
-@triton.jit
+@jit_any_size
 def winograd_input_transform(
     x_ptr, v_ptr,
     C, H, W, TILES_H, TILES_W, T, PAD_H, PAD_W,
@@ -318,7 +318,7 @@ def winograd_input_transform(
 # ---- the 36 GEMMs -----------------------------------------------------------------------------------------
 
 
-@triton.jit
+@jit_any_size
 def winograd_gemm(
     v_ptr, u_ptr, m_ptr, T, C, K,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -389,7 +389,7 @@ def _store_row(ptr, row_ok, row_live, q0, Q, W, PAD_W, syw, z0, z1, z2, z3, z4, 
                                                    ACTIVATION), ptr, INTERPRET), mask=ok & (q0 + 3 < Q))
 
 
-@triton.jit
+@jit_any_size
 def winograd_output_transform(
     m_ptr, bias_ptr, y_ptr,
     K, P, Q, H, W, PAD_H, PAD_W, TILES_H, TILES_W, T,

@@ -58,7 +58,7 @@ from fractions import Fraction
 import triton
 import triton.language as tl
 
-from .common import cast_for_store, mma, swizzle
+from .common import cast_for_store, jit_any_size, mma, swizzle
 from .winograd import AT, G, POINTS_N, TILE, TILE_SIZE, _store6
 
 # ---- the scaled matrices, exactly ------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def _load_dy_column(base, p0, col_ok, P, sdyh, mask):
                 tl.load(base + 3 * sdyh, mask=mask & col_ok & (p0 + 3 < P), other=0.0).to(tl.float32))
 
 
-@triton.jit
+@jit_any_size
 def winograd_dy_transform(
     dy_ptr, u_ptr,
     K, P, Q, TILES_H, TILES_W, T,
@@ -161,7 +161,7 @@ def winograd_dy_transform(
 # ---- the 36 GEMMs, reduced over tiles --------------------------------------------------------------------
 
 
-@triton.jit
+@jit_any_size
 def winograd_bwd_weight_gemm(
     u_ptr, v_ptr, z_ptr, T, K, C, TILES_PER_SPLIT,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -204,7 +204,7 @@ def _gw3_row(ptr, step, mask):
                 tl.load(ptr + 4 * step, mask=mask, other=0.0), tl.load(ptr + 5 * step, mask=mask, other=0.0))
 
 
-@triton.jit
+@jit_any_size
 def winograd_bwd_weight_output(
     z_ptr, dw_ptr, K, C, SPLITS,
     so_k, so_c, so_r, so_s,
