@@ -85,7 +85,7 @@ def test_limits_come_from_conv_core():
 @pytest.mark.parametrize("family", configs.FAMILIES)
 @pytest.mark.parametrize("name", TABLES)
 def test_every_bucket_is_chosen_by_some_problem(name, family):
-    tab = configs.table(name)
+    tab = dataclasses.replace(configs.table(name), layers={})  # the buckets alone: no swept layer to find
     buckets = tab.families[family]
     hit = set()
     for problem in sweep(family):
@@ -117,7 +117,8 @@ def test_exact_layer_entry_wins_over_buckets():
     tab = configs.table("gfx1100")
     tab = dataclasses.replace(tab, layers={"implicit_gemm": {configs.layer_key(problem): special}})
     assert configs.select(tab, "implicit_gemm", problem) == special
-    assert configs.select(tab, "implicit_gemm", problem.replace(batch=4)) != special
+    assert configs.select(tab, "implicit_gemm", problem.replace(batch=4)) == special  # the same layer (same_layer)
+    assert configs.select(tab, "implicit_gemm", problem.replace(in_channels=128)) != special
     assert special in tab.configs("implicit_gemm")
 
 

@@ -37,6 +37,7 @@ from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
 from conv_core.sweep import layer_key, read_swept
 
+from . import same_layer
 from .kernels.winograd import POINTS_N
 
 #: Depthwise stencil families (``groups == in_channels``): :class:`StencilConfig` entries, not GEMM tiles.
@@ -430,8 +431,10 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
 
 
 def select(tab: ArchTable, family: str, problem: ConvProblem) -> TileConfig:
-    """The configuration for ``problem``: its exact-layer entry, else the first matching bucket."""
-    exact = tab.layers.get(family, {}).get(layer_key(problem))
+    """The configuration for ``problem``: its exact-layer entry, else the same layer's at another batch or image
+    size (:func:`conv_rdna.same_layer.nearest`: no other kernel to compile), else the first matching bucket."""
+    layers = tab.layers.get(family, {})
+    exact = layers.get(layer_key(problem)) or same_layer.nearest(layers, problem)
     if exact is not None:
         return exact
     view = gemm_view(problem, family)
