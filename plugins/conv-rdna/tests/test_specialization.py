@@ -10,7 +10,6 @@ the image's pixel rows align (their vector width), so image sizes of one alignme
 from __future__ import annotations
 
 import pytest
-import torch
 from conv_core.aot import DIVISIBLE
 from conv_core.problem import ConvProblem
 from conv_rdna import candidates, configs, plan, specialization
@@ -155,8 +154,3 @@ def test_unspecialised_ones_are_arguments_not_constants():
     assert signature["BATCH"] == signature["H"] == "i32" and "BATCH" not in constexprs
     assert signature["R"] == "i32" and signature["STRIDE_H"] == "constexpr"  # per-layer facts stay specialised
 
-
-@pytest.fixture(autouse=True)
-def no_grad():
-    with torch.no_grad():
-        yield
