@@ -19,7 +19,7 @@ from .. import __version__, activations
 from ..candidate import BackendInfo, Candidate
 from ..estimate import estimate_us
 from ..hookspec import hookimpl
-from ..problem import ConvProblem, to_layout, torch_dtype
+from ..problem import ConvProblem, empty_strided_for, to_layout, torch_dtype
 
 NAME = "aten"
 
@@ -84,6 +84,16 @@ class _Runner:
         self.pad = None if sym is not None else [v for pair in reversed(problem.padding) for v in pair]
         self.padding = list(sym) if sym is not None else [0] * problem.ndim
 
+    def shape_only(self, shape, device) -> torch.Tensor:
+        """The operand ``convolution_backward`` reads only the shape of, dense in the problem's layout.
+
+        Its layout picks cuDNN's: an expanded one-element tensor reads as channels-first, so a
+        channels-last problem ran channels-first kernels and a copy back (its data gradients measured
+        2-6x slower than PyTorch's autograd, which passes the real tensor). Uninitialised memory from
+        the caching allocator costs no GPU time.
+        """
+        return empty_strided_for(tuple(shape), self.compute, self.problem.layout, device)
+
     def cast(self, t: torch.Tensor) -> torch.Tensor:
         return t if t.dtype is self.compute else t.to(self.compute)
 
@@ -116,7 +126,7 @@ class _BackwardData(_Runner):
     def __call__(self, dy, w, *, out=None):
         p = self.problem
         padded = [i + lo + hi for i, (lo, hi) in zip(p.input_size, p.padding)] if self.pad else list(p.input_size)
-        fake_input = dy.new_empty(1, dtype=self.compute).expand(p.batch, p.in_channels, *padded)
+        fake_input = self.shape_only((p.batch, p.in_channels, *padded), dy.device)
         dx, _, _ = torch.ops.aten.convolution_backward(
             self.cast(dy), fake_input, self.cast(w), None, p.stride, self.padding, p.dilation,
             False, [0] * self.ndim, p.groups, [True, False, False])
@@ -128,7 +138,7 @@ class _BackwardData(_Runner):
 class _BackwardWeight(_Runner):
     def __call__(self, x, dy, *, out=None):
         p = self.problem
-        fake_weight = x.new_empty(1, dtype=self.compute).expand(p.weight_shape)
+        fake_weight = self.shape_only(p.weight_shape, x.device)
         _, dw, _ = torch.ops.aten.convolution_backward(
             self.cast(dy), self.padded(x), fake_weight, None, p.stride, self.padding, p.dilation,
             False, [0] * self.ndim, p.groups, [False, True, False])
