@@ -27,7 +27,7 @@ from . import __version__
 from .arch import device_name
 from .candidate import Candidate
 from .problem import ConvProblem
-from .ranking import BASELINE_BACKEND, HOST_ALLOWANCE_US, Ranked, Ranking, nondeterministic, rank
+from .ranking import BASELINE_BACKEND, MARGIN, PLUGIN_HOST_US, Ranked, Ranking, nondeterministic, rank
 from .settings import Settings
 from .timing import is_capturing, median_us
 from .tuning import Timings
@@ -156,8 +156,9 @@ class Engine:
                    candidates: list[Candidate]) -> tuple[dict[str, float], dict[str, str]]:
         """Opt-in first-use timing: (times, failures) by kernel id; a candidate that fails is not ranked.
 
-        aten is timed first: when it takes less than the host allowance, no plugin can earn its place
-        (:func:`conv_core.ranking.baseline_first`), so the others are neither compiled nor timed.
+        aten is timed first: when it takes less than a plugin's host time per call (and the margin), no
+        plugin can earn its place (:func:`conv_core.ranking.baseline_first`), so the others are neither
+        compiled nor timed.
         """
         from .reference import random_operands
 
@@ -166,7 +167,7 @@ class Engine:
         candidates = sorted(candidates, key=lambda c: c.backend != BASELINE_BACKEND)
         for c in candidates:
             if (not self.settings.trust_estimates and c.backend != BASELINE_BACKEND
-                    and times.get(BASELINE_KERNEL, float("inf")) < HOST_ALLOWANCE_US):
+                    and times.get(BASELINE_KERNEL, float("inf")) < PLUGIN_HOST_US * MARGIN):
                 break
             try:
                 times[c.kernel_id] = median_us(functools.partial(c.run, *operands), device, warmup=2, reps=10)
