@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from . import activations, ops
-from .call import ConvArgs, autocast_operands, check_call
 from . import engine as engine_module
+from .call import ConvArgs, autocast_operands, check_call
 from .engine import get_engine
 from .problem import dtype_name, torch_dtype
 from .routes import CONV, Route, backward_data, backward_weight, bias_grad, build_route, cacheable, pre_activation_grad
