@@ -177,6 +177,7 @@ _lib = torch.library.Library("conv_core", "FRAGMENT")
 _lib.define("conv(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, "
             "int groups, str activation, ScalarType? out_dtype, str backend) -> Tensor")
 
+
 def _plugin_wins(args: ConvArgs, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether the eager path would run a plugin kernel for this layer (in some direction it needs)."""
     sizes = (*input.shape, *input.stride(), *weight.shape)
