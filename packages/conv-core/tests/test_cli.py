@@ -10,6 +10,7 @@ import conv_core
 from conv_core.cli import main
 from conv_core.progress import Progress, format_table
 from conv_core.tuning import read_entries
+from fake_backends import write_suite
 from test_bench_tune import NoInfo, isolate, use_backends, wrong_backend
 
 SHAPE = "n2 c4 k8 i6x6 f3x3 s1 p1"
@@ -24,16 +25,8 @@ def fresh_engine(tmp_path, monkeypatch):
 @pytest.fixture
 def tiny_suite(tmp_path):
     """A two-layer suite file (``--suite`` also takes the path of a suite JSON)."""
-    def layer(name, c, k, size, f, pad):
-        return {"name": name, "in_channels": c, "out_channels": k, "input_size": [size, size],
-                "filter_size": [f, f], "stride": [1, 1], "padding": [[pad, pad], [pad, pad]], "dilation": [1, 1],
-                "groups": 1, "bias": False, "count": 1}
-
-    path = tmp_path / "tiny.json"
-    path.write_text(json.dumps({"name": "tiny", "description": "test", "source": "", "default_batch": 2,
-                                "layers": [layer("conv1", 4, 8, 6, 3, 1), layer("conv2", 8, 4, 5, 1, 0),
-                                           layer("conv3", 4, 4, 4, 3, 1)]}))
-    return str(path)
+    return write_suite(tmp_path / "tiny.json", [("conv1", 4, 8, 6, 3, 1), ("conv2", 8, 4, 5, 1, 0),
+                                                ("conv3", 4, 4, 4, 3, 1)])
 
 
 def run(capsys, *argv):

@@ -1,6 +1,5 @@
 """``conv-core warmup``: each problem of a suite (or model) run once through its first-ranked candidate."""
 
-import json
 import sys
 
 import pytest
@@ -10,6 +9,7 @@ from conv_core import warmup
 from conv_core.cli import main
 from conv_core.engine import Engine
 from conv_core.problem import ConvProblem
+from fake_backends import write_suite
 from test_bench_tune import isolate, use_backends
 
 CPU = torch.device("cpu")
@@ -24,16 +24,8 @@ def aten_only(tmp_path, monkeypatch):
 @pytest.fixture
 def tiny_suite(tmp_path):
     """Two layers of different shapes and a third with the first one's: three layers, two problems."""
-    def layer(name, c, k, size, f, pad):
-        return {"name": name, "in_channels": c, "out_channels": k, "input_size": [size, size],
-                "filter_size": [f, f], "stride": [1, 1], "padding": [[pad, pad], [pad, pad]], "dilation": [1, 1],
-                "groups": 1, "bias": False, "count": 1}
-
-    path = tmp_path / "tiny.json"
-    path.write_text(json.dumps({"name": "tiny", "description": "test", "source": "", "default_batch": 2,
-                                "layers": [layer("conv1", 4, 8, 6, 3, 1), layer("conv2", 8, 4, 5, 1, 0),
-                                           layer("conv3", 4, 8, 6, 3, 1)]}))
-    return str(path)
+    return write_suite(tmp_path / "tiny.json", [("conv1", 4, 8, 6, 3, 1), ("conv2", 8, 4, 5, 1, 0),
+                                                ("conv3", 4, 8, 6, 3, 1)])
 
 
 @pytest.fixture
