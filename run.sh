@@ -29,4 +29,6 @@ if .venv/bin/python -c 'import torch, sys; sys.exit(not torch.cuda.is_available(
 else
   .venv/bin/conv-core bench --suite resnet50 --batch 1 --dtype fp32 --layout nchw --direction fwd --layers 3 \
     --reps 3 --warmup 1 "$@"
+  step "a tiny model plain and converted: eager inference and training step"
+  .venv/bin/conv-core bench --model tiny --modes eager,train
 fi
