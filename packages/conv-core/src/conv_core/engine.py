@@ -61,7 +61,7 @@ class Engine:
 
         self.settings = settings or Settings.from_env()
         self.registry = registry or Registry(self.settings)
-        self._rankings: dict[tuple[str, str, str | None, bool], Ranking] = {}
+        self._rankings: dict[tuple[str, str, str | None, bool, bool], Ranking] = {}
         self._timings: dict[str, Timings] = {}
         #: Hot-path cache of :mod:`conv_core.routes`: call signature -> the route that runs it.
         self.calls: dict[tuple, object] = {}
