@@ -557,7 +557,8 @@ def _cf_forward_launch(problem: ConvProblem, config: TileConfig, tab: ArchTable,
     constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside_pixels(g),
                   "PIX_VEC": pixel_vector(g.p * g.q, sx[0], sx[1], output["syn"], output["syc"]),
                   "DENSE_Y": step == (1, 1), "PIPELINED": pipelined_pixels(tab, g, every_tap=False),
-                  **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m}
+                  **_epilogue(problem), **_tiles(config), "GROUP_M": config.group_m,
+                  "ROW_VEC": row_vector(problem.layout, g.p * g.q)}
     return _launch(conv_fwd_cf, grid, pointers, scalars, constexprs, config)
 
 
@@ -661,7 +662,8 @@ def _bwd_weight_cf(problem: ConvProblem, kernel: str, config: TileConfig, tab: A
     grid = (_cdiv(g.cout, config.block_m) * _cdiv(g.cin, config.block_n) * g.r * g.s, g.groups, split)
     pix_vec = pixel_vector(g.p * g.q, *(scalars[name] for name in ("sxn", "sxc", "sdyn", "sdyc")))
     constexprs = {"FLAT": flat_pixels(g), "INSIDE": inside_pixels(g), "PIX_VEC": pix_vec,
-                  "PIPELINED": pipelined_pixels(tab, g, every_tap=True), **_tiles(config)}
+                  "PIPELINED": pipelined_pixels(tab, g, every_tap=True), **_tiles(config),
+                  "ROW_VEC": row_vector(problem.layout, g.p * g.q)}
     launches = [_launch(conv_bwd_weight_cf, grid, dict(x_ptr="a", dy_ptr="b", out_ptr=target), scalars, constexprs,
                         config)]
     if workspace:

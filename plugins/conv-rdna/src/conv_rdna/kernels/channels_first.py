@@ -43,7 +43,7 @@ tile into its own workspace slice; ``bwd_weight.reduce_splits`` sums the slices 
 import triton
 import triton.language as tl
 
-from .common import (add_bias_and_activate, as_multiple, cast_for_store, divide, jit_any_size, mma, swizzle,
+from .common import (add_bias_and_activate, cast_for_store, divide, jit_any_size, mma, row_length, swizzle,
                      weight_grad_tile)
 
 
@@ -85,9 +85,9 @@ def conv_fwd_cf(
     FLAT: tl.constexpr, INSIDE: tl.constexpr, PIX_VEC: tl.constexpr, DENSE_Y: tl.constexpr, PIPELINED: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    PQ = as_multiple(PQ, PIX_VEC)  # the pipeliner drops hints: it sees the pixels' alignment through PQ alone
+    PQ = row_length(PQ, ROW_VEC)  # an image's pixels are one row here; the pipeliner drops the PIX_VEC hints
     g = tl.program_id(1)
     tiles_per_image = tl.cdiv(PQ, BLOCK_M)
     pid_m, pid_n = swizzle(tl.program_id(0), BATCH * tiles_per_image, tl.cdiv(K_G, BLOCK_N), GROUP_M)
@@ -178,9 +178,9 @@ def conv_bwd_weight_cf(
     so_split, so_k, so_c, so_r, so_s,
     FLAT: tl.constexpr, INSIDE: tl.constexpr, PIX_VEC: tl.constexpr, PIPELINED: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    PQ = as_multiple(PQ, PIX_VEC)  # the pipeliner drops hints: it sees the pixels' alignment through PQ alone
+    PQ = row_length(PQ, ROW_VEC)  # an image's pixels are one row here; the pipeliner drops the PIX_VEC hints
     g = tl.program_id(1)
     split = tl.program_id(2)
     r, s, offs_m, m_ok, offs_n, n_ok = weight_grad_tile(K_G, C_G, R, S, BLOCK_M, BLOCK_N)  # channels of the group
