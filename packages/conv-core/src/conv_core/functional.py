@@ -72,13 +72,13 @@ def _new_route(ndim, input, weight, bias, stride, padding, dilation, groups, act
     """(route, whether to keep it) for a signature not seen before: checked, normalised, ranked."""
     args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, backend)
     check_call(ndim, input, weight, bias, args)
+    may_time = not torch.cuda.is_current_stream_capturing() if input.is_cuda else True
+    keep = cacheable(may_time, input.device)
     if needs_grad and activation is not None and activation not in activations.DERIVATIVE_FROM_OUTPUT:
         # The backward needs the pre-activation value: convolve unfused, activate through autograd.
         args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, None, out_dtype, backend)
-        route = build_route(args, input, weight, bias, needs_grad)
-        return _Activated(route, activation), True
-    may_time = not torch.cuda.is_current_stream_capturing() if input.is_cuda else True
-    return build_route(args, input, weight, bias, needs_grad, may_time), cacheable(may_time, input.device)
+        return _Activated(build_route(args, input, weight, bias, needs_grad, may_time), activation), keep
+    return build_route(args, input, weight, bias, needs_grad, may_time), keep
 
 
 class _Activated:

@@ -31,22 +31,11 @@ from torch import nn
 from . import bench_models
 from .bench_record import finite
 from .model_bench import cast, cast_input, cudnn_benchmark, time_interleaved
-from .model_bench_modes import LEARNING_RATE, autocast, loss_of
+from .model_bench_modes import training_step
 
 #: Set before NCCL starts, unless already set: multicast can put a shared host's GPUs out of service.
 NCCL_SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 VARIANTS = ("plain", "conv")
-
-
-def _step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, amp_dtype: torch.dtype):
-    def step():
-        with autocast(x.device, amp_dtype):
-            out = model(x)
-        loss_of(out).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
 
 
 def parameters_equal_across_ranks(model: nn.Module) -> bool:
@@ -80,8 +69,7 @@ def run_ddp_bench(model: str, device: torch.device, *, batch: int | None = None,
     ids = [device.index] if device.type == "cuda" else None
     models = {"plain": DDP(copy.deepcopy(base), device_ids=ids),
               "conv": DDP(conv_core.convert(copy.deepcopy(base)), device_ids=ids)}
-    steps = {name: _step(m, torch.optim.SGD(m.parameters(), lr=LEARNING_RATE, momentum=0.9), x, amp_dtype)
-             for name, m in models.items()}
+    steps = {name: training_step(m, x, amp_dtype) for name, m in models.items()}
     with cudnn_benchmark():
         samples, failed = time_interleaved(steps, device, warmup=warmup, reps=reps)
     ms = {name: finite(_slowest(statistics.median(samples[name]) if samples[name] else math.nan, device))

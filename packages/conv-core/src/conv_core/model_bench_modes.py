@@ -117,8 +117,9 @@ def _eager(module: nn.Module, x: torch.Tensor) -> Runner:
     return Runner(step, out, first_s)
 
 
-def _train(module: nn.Module, x: torch.Tensor, amp_dtype: torch.dtype | None) -> Runner:
-    module.train()
+def training_step(module: nn.Module, x: torch.Tensor, amp_dtype: torch.dtype | None):
+    """One training step as a callable (forward under autocast when ``amp_dtype`` is given, backward, SGD with
+    momentum), returning the forward's output; the DDP bench times the same step."""
     optimizer = torch.optim.SGD(module.parameters(), lr=LEARNING_RATE, momentum=0.9)
 
     def step():
@@ -129,6 +130,12 @@ def _train(module: nn.Module, x: torch.Tensor, amp_dtype: torch.dtype | None) ->
         optimizer.zero_grad(set_to_none=True)
         return out
 
+    return step
+
+
+def _train(module: nn.Module, x: torch.Tensor, amp_dtype: torch.dtype | None) -> Runner:
+    module.train()
+    step = training_step(module, x, amp_dtype)
     with random_layers_off(module):
         out, first_s = _first_call(step, x.device)
     return Runner(step, out, first_s)
