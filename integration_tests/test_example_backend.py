@@ -10,7 +10,8 @@ from integration_support import (ATEN_KERNEL, CPU, EXAMPLE, EXAMPLE_KERNEL, TABL
 import conv_core
 from conv_core import ConvProblem
 from conv_core.explanation import explain
-from conv_core.problem import is_dense_in, torch_dtype
+from conv_core.problem import torch_dtype
+from conv_core.layout import is_dense_in
 from conv_core.reference import compare, random_operands
 
 

@@ -16,7 +16,8 @@ import torch
 
 from conv_core import ConvProblem
 from conv_core.backends import aten
-from conv_core.problem import DIRECTIONS, LAYOUTS, detect_layout, is_dense_in
+from conv_core.problem import DIRECTIONS, LAYOUTS
+from conv_core.layout import detect_layout, is_dense_in
 from conv_core.testing import (ConformanceSuite, Report, check_metadata, edge_problems, random_problems,
                                 run_conformance)
 from conv_core.testing.conformance import scattered_copy

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import conv_core
 from conv_core import ops
-from conv_core.problem import is_dense_in
+from conv_core.layout import is_dense_in
 
 TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 CONV = {1: conv_core.conv1d, 2: conv_core.conv2d, 3: conv_core.conv3d}

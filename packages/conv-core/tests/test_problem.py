@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conv_core import ConvProblem
-from conv_core.problem import detect_layout, is_dense_in, to_layout
+from conv_core.layout import detect_layout, is_dense_in, to_layout
 
 
 def make(**changes):

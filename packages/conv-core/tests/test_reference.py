@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from conv_core import Candidate, ConvProblem
 from conv_core import reference as R
 from conv_core.backends import aten
-from conv_core.problem import LAYOUTS, empty_strided_for, is_dense_in, torch_dtype
+from conv_core.problem import LAYOUTS, torch_dtype
+from conv_core.layout import empty_strided_for, is_dense_in
 from conv_core.testing import check_candidate, edge_problems, random_problems
 
 CPU = torch.device("cpu")

@@ -50,7 +50,7 @@ def test_dense_channels_last_weight_is_read_in_place():
 def test_the_descriptor_is_built_on_the_weight_itself_or_its_cached_copy():
     """At launch only the address counts (the descriptor's map gives the matrix shape): the weight itself where
     it would be viewed, else the padded copy; the known dense strides are a shortcut, not a different answer."""
-    from conv_core.problem import dense_strides
+    from conv_core.layout import dense_strides
 
     w, cache = weight(c=16), DerivedWeightCache()
     spec = WeightMatrix(rows=6, taps=6, cin=16, c_pad=16)

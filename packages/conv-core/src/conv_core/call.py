@@ -14,7 +14,8 @@ import torch
 
 from . import activations
 from .arch import device_arch
-from .problem import ConvProblem, check_call_tensors, detect_layout, dtype_name, normalize_padding, per_dim
+from .problem import ConvProblem, check_call_tensors, dtype_name, normalize_padding, per_dim
+from .layout import detect_layout
 
 #: Device types whose autocast state is read (``torch.amp.is_autocast_available`` is not traceable by dynamo).
 AUTOCAST_DEVICES = frozenset({"cpu", "cuda", "xpu", "mps", "hpu"})

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from . import activations
 from .call import ConvArgs, autocast_operands, check_call
 from .engine import get_engine
-from .problem import ConvProblem, detect_layout, empty_strided_for, torch_dtype
+from .problem import ConvProblem, torch_dtype
+from .layout import detect_layout, empty_strided_for
 from .routes import (CONV, backward_data, backward_weight, bias_grad, build_route, forward,
                      pre_activation_grad)
 

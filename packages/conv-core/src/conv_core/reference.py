@@ -40,7 +40,8 @@ import torch.nn.functional as F
 
 from . import activations
 from .candidate import Candidate
-from .problem import ConvProblem, empty_strided_for, torch_dtype
+from .problem import ConvProblem, torch_dtype
+from .layout import empty_strided_for
 
 #: Unit roundoff per dtype name (half the distance from 1 to the next value).
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53, "tf32": 2.0**-11}

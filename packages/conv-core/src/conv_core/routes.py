@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from . import activations
 from .call import ConvArgs, problem_of_call
 from .engine import ANY_BACKEND, NoCandidateError, get_engine
-from .problem import ConvProblem, detect_layout, dtype_name, to_layout, torch_dtype
+from .problem import ConvProblem, dtype_name, torch_dtype
+from .layout import detect_layout, to_layout
 from .ranking import Ranking
 
 log = logging.getLogger("conv_core")

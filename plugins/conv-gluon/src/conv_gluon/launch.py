@@ -22,7 +22,8 @@ import contextlib
 import functools
 
 import torch
-from conv_core.problem import ConvProblem, dense_strides, empty_strided_for, is_dense_in, torch_dtype
+from conv_core.problem import ConvProblem, torch_dtype
+from conv_core.layout import dense_strides, empty_strided_for, is_dense_in
 
 from . import weights
 from .plan import TMA_ALIGN, DataGradPlan, Plan, WeightGradPlan

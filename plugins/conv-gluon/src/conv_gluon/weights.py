@@ -22,7 +22,7 @@ import math
 import os
 
 import torch
-from conv_core.problem import is_dense_in
+from conv_core.layout import is_dense_in
 from conv_core.weight_cache import DerivedWeightCache
 
 from .plan import TMA_ALIGN, WeightMatrix

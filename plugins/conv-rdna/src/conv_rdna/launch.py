@@ -18,7 +18,8 @@ from collections.abc import Sequence
 
 import torch
 from conv_core.geometry import Geometry
-from conv_core.problem import ConvProblem, is_dense_in, to_layout, torch_dtype
+from conv_core.problem import ConvProblem, torch_dtype
+from conv_core.layout import is_dense_in, to_layout
 from conv_core.weight_cache import DerivedWeightCache
 
 from .plan import WEIGHT_FORMS, Launch, Plan

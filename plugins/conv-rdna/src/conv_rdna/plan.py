@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from conv_core.geometry import Geometry
 from conv_core.launch_site import LaunchSite
-from conv_core.problem import ConvProblem, dense_strides
+from conv_core.problem import ConvProblem
+from conv_core.layout import dense_strides
 
 from .configs import ArchTable, SumSplits, TileConfig, depthwise_split_count, split_count
 from .kernels.bwd_data import conv_bwd_data_phased

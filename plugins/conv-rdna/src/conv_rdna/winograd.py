@@ -34,7 +34,8 @@ import os
 import torch
 from conv_core.arch import spec
 from conv_core.estimate import roofline_us
-from conv_core.problem import ConvProblem, element_size, is_dense_in, to_layout
+from conv_core.problem import ConvProblem, element_size
+from conv_core.layout import is_dense_in, to_layout
 from conv_core.weight_cache import DerivedWeightCache
 
 from . import configs, plan

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from conv_core import activations
-from conv_core.problem import ConvProblem, to_layout, torch_dtype
+from conv_core.problem import ConvProblem, torch_dtype
+from conv_core.layout import to_layout
 
 #: Accumulation dtype. Operands of every supported dtype (fp16, bf16, fp32) are
 #: widened to it exactly, so the only rounding is the fp32 sum and the final cast.

@@ -19,7 +19,8 @@ from .. import __version__, activations
 from ..candidate import BackendInfo, Candidate
 from ..estimate import estimate_us
 from ..hookspec import hookimpl
-from ..problem import ConvProblem, empty_strided_for, to_layout, torch_dtype
+from ..problem import ConvProblem, torch_dtype
+from ..layout import empty_strided_for, to_layout
 
 NAME = "aten"
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..candidate import Candidate, Declined
-from ..problem import (DIRECTIONS, DTYPES, LAYOUTS, ConvProblem, empty_strided_for, is_dense_in, layout_order,
-                       torch_dtype)
+from ..problem import DIRECTIONS, DTYPES, LAYOUTS, ConvProblem, torch_dtype
+from ..layout import empty_strided_for, is_dense_in, layout_order
 from ..reference import Comparison, compare, random_operands
 from . import cases as _cases
 
