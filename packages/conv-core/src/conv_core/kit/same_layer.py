@@ -15,7 +15,7 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
-from conv_core.problem import ConvProblem
+from ..problem import ConvProblem
 
 #: Most pixels (batch x image) one of the two shapes may have per pixel of the other.
 MAX_PIXEL_RATIO = 8.0
