@@ -6,7 +6,8 @@ import pytest
 from conv_core import suites
 from conv_core.problem import ConvProblem
 from conv_core.sweep import layer_key
-from conv_rdna import candidates, configs, plan, same_layer
+from conv_core.kit import same_layer
+from conv_rdna import candidates, configs, plan
 
 LAYER = ConvProblem("fwd", 32, 64, 64, (56, 56), 3, 1, 1, 1, dtype="bfloat16", layout="channels_last", arch="sm_90")
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, needed_error_factor, random_operands
-from conv_rdna import candidates, configs, plan, same_layer, winograd, winograd_bwd_weight
+from conv_core.kit import same_layer
+from conv_rdna import candidates, configs, plan, winograd, winograd_bwd_weight
 from conv_rdna.kernels import winograd as wk
 from conv_rdna.kernels import winograd_bwd_weight as wbk
 from conv_rdna.launch import launch_all

@@ -37,7 +37,7 @@ from conv_core.arch import spec
 from conv_core.problem import ConvProblem, element_size
 from conv_core.sweep import layer_key, read_swept
 
-from . import same_layer
+from conv_core.kit import same_layer
 from .kernels.winograd import POINTS_N
 
 #: Depthwise stencil families (``groups == in_channels``): :class:`StencilConfig` entries, not GEMM tiles.
