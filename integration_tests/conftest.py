@@ -37,6 +37,7 @@ REQUIRED_DISTRIBUTIONS = {
     "conv-broken-hook": "integration_tests/packages/conv-broken-hook",
     "conv-broken-candidate": "integration_tests/packages/conv-broken-candidate",
     "conv-broken-run": "integration_tests/packages/conv-broken-run",
+    "conv-misspelled-hook": "integration_tests/packages/conv-misspelled-hook",
 }
 
 

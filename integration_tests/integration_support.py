@@ -22,6 +22,7 @@ ENTRY_POINTS = {
     "broken_hook": "conv_broken_hook.hooks",
     "broken_candidate": "conv_broken_candidate.hooks",
     "broken_run": "conv_broken_run.hooks",
+    "misspelled_hook": "conv_misspelled_hook.hooks",
 }
 
 #: The one problem conv-example's shipped table (tables/cpu.json) has a time for.

@@ -33,7 +33,7 @@ def test_loaded_backends_and_failed_ones():
     registry = conv_core.get_engine().registry
     assert {b.name for b in registry.active()} == {"aten", "example", "broken_hook", "broken_candidate", "broken_run"}
     failed = {b.name: b.load_error for b in registry.backends() if not b.ok}
-    assert list(failed) == ["broken_import"]
+    assert list(failed) == ["broken_import", "misspelled_hook"]
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str]:
@@ -70,6 +70,15 @@ def test_backends_table_names_the_broken_import(capsys):
     lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
     assert "ok" in lines["example"]
     assert "load error: ImportError" in lines["broken_import"]
+
+
+def test_backends_table_names_the_misspelled_hook(capsys):
+    status, out = run_cli(capsys, "backends")
+    assert status == 0
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "load error: PluginValidationError: unknown hook 'conv_core_candidate' (did you mean " \
+           "'conv_core_candidates'?)" in lines["misspelled_hook"]
+    assert "ok" in lines["example"]  # the other backends load as before
 
 
 def conv_core_script() -> str:

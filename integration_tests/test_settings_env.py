@@ -44,7 +44,7 @@ def conv_is_right(problem=None) -> torch.Tensor:
 
 def test_disable_plugins_skips_them(monkeypatch):
     engine = with_env(monkeypatch, CONV_CORE_DISABLE_PLUGINS="example, broken_import")
-    assert names(engine) == ["aten", "broken_candidate", "broken_hook", "broken_run"]
+    assert names(engine) == ["aten", "broken_candidate", "broken_hook", "broken_run", "misspelled_hook"]
     assert engine.ranking(small_problem(), CPU).best.kernel_id == ATEN_KERNEL
     conv_is_right()
 

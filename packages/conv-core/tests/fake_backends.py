@@ -62,11 +62,29 @@ class BadInfo:
         return "not info"
 
 
+class Misspelled(Backend):
+    """The hook ``conv_core_candidates`` spelled without its ``s``: pluggy alone would accept it silently."""
+
+    @hookimpl
+    def conv_core_candidate(self, problem, device):
+        return []
+
+
+class Unknown(Backend):
+    """A hook implementation whose name is no hook at all."""
+
+    @hookimpl
+    def conv_core_warmup(self):
+        return None
+
+
 RAISING = Raising("raising")
 MALFORMED = Malformed("malformed")
 FAILS_WHEN_RUN = FailsWhenRun("failsrun")
 BAD_INFO = BadInfo()
 DUPLICATE = Backend("good")
+MISSPELLED = Misspelled("misspelled")
+UNKNOWN = Unknown("unknown")
 
 raise_on_import = None
 

@@ -70,6 +70,22 @@ def test_broken_backends_are_recorded_and_isolated(tmp_path):
     torch.testing.assert_close(e.run(PROBLEM, CPU, ops), torch.nn.functional.conv2d(ops[0], ops[1], padding=1))
 
 
+def test_a_hook_name_not_in_the_spec_fails_that_backend_only(tmp_path):
+    eps = [ep("misspelled", "MISSPELLED"), ep("good", "GOOD"), ep("unknown", "UNKNOWN")]
+    e = engine(tmp_path, eps)
+    by_entry = {b.entry_point: b for b in e.registry.backends()}
+    misspelled, unknown = by_entry["misspelled"], by_entry["unknown"]
+    assert not misspelled.ok and not unknown.ok and by_entry["good"].ok
+    assert misspelled.load_error.startswith(
+        "PluginValidationError: unknown hook 'conv_core_candidate' (did you mean 'conv_core_candidates'?) (at ")
+    assert "fake_backends.py:" in misspelled.load_error  # where the misspelled function is
+    assert "unknown hook 'conv_core_warmup'" in unknown.load_error
+    assert [b.name for b in e.registry.active()] == ["aten", "good"]
+    ranking = e.ranking(PROBLEM, CPU)  # the failed backends are not asked; the others are
+    assert {r.candidate.backend for r in ranking.ranked} == {"aten", "good"}
+    assert {d.backend for d in ranking.declined} <= {"aten", "good"}
+
+
 def test_allow_and_block_lists(tmp_path):
     eps = [ep("good", "GOOD"), ep("slow", "SLOW")]
     assert [b.name for b in engine(tmp_path, eps, allow=frozenset({"slow"})).registry.backends()] == ["aten", "slow"]

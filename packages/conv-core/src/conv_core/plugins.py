@@ -5,11 +5,15 @@ built-in ``aten`` backend. They are loaded lazily, on the first call that
 needs them. Every call into a backend goes through :class:`Backend`'s guards:
 an import error, a hook that raises, or a malformed return value is recorded
 on that backend (``conv-core backends`` shows it) and the backend is skipped;
-the core and the other backends keep working.
+the core and the other backends keep working. So is a hook implementation whose
+name is no hook of :mod:`conv_core.hookspec` (``conv_core_candidate`` for
+``conv_core_candidates``): pluggy would keep it without a word and the backend
+would just never answer, so it fails that backend's load instead.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
 import traceback
@@ -21,6 +25,7 @@ import pluggy
 import torch
 
 from . import hookspec
+from .backends import aten
 from .candidate import BackendInfo, Candidate, Declined, check_candidate
 from .problem import ConvProblem
 from .settings import Settings
@@ -31,9 +36,23 @@ ENTRY_POINT_GROUP = "conv_core.backends"
 
 
 def _error_text(exc: BaseException) -> str:
+    """``Type: message (at file:line)``; the line is where it was raised, except for a hook that pluggy
+    refuses (the place is in pluggy, or here: the message names the plugin's own function)."""
+    if isinstance(exc, pluggy.PluginValidationError):
+        return f"{type(exc).__name__}: {exc}"
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
     return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _unknown_hook_text(name: str, impl: pluggy.HookImpl) -> str:
+    """``unknown hook 'name' (did you mean 'real'?) at file:line`` for a hook implementation with no spec."""
+    known = [hook for hook in dir(hookspec) if hook.startswith(f"{hookspec.PROJECT}_")]
+    near = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {near[0]!r}?" if near else f"the hooks are {', '.join(known)}"
+    code = getattr(impl.function, "__code__", None)
+    where = f" (at {code.co_filename}:{code.co_firstlineno})" if code else ""
+    return f"unknown hook {name!r} ({hint}){where}"
 
 
 @dataclass
@@ -91,8 +110,6 @@ class Registry:
         return next((b for b in self.backends() if b.name == name), None)
 
     def _load_all(self) -> list[Backend]:
-        from .backends import aten
-
         backends = [self._register(Backend("aten", "builtin"), lambda: aten)]
         eps = self._entry_points
         if eps is None:
@@ -118,6 +135,7 @@ class Registry:
         try:
             backend.plugin = load()
             self._pm.register(backend.plugin, name=backend.entry_point)
+            self._check_hook_names(backend.plugin)
             info = self._call_one(backend, "conv_core_backend_info", {})
             if not isinstance(info, BackendInfo):
                 raise TypeError(f"conv_core_backend_info returned {type(info).__name__}, not BackendInfo")
@@ -128,6 +146,23 @@ class Registry:
             if backend.plugin is not None and self._pm.is_registered(backend.plugin):
                 self._pm.unregister(backend.plugin)
         return backend
+
+    def _check_hook_names(self, plugin: object) -> None:
+        """Raise ``PluginValidationError`` naming every hook implementation of ``plugin`` that has no spec.
+
+        pluggy's ``check_pending`` looks at every registered plugin, but each earlier one passed it (or was
+        unregistered), so what it finds now is ``plugin``'s. Its own message names one hook and the plugin's
+        repr; this one names each unknown hook, the nearest real one and where the function is defined.
+        """
+        try:
+            self._pm.check_pending()
+        except pluggy.PluginValidationError:
+            unknown = [_unknown_hook_text(caller.name, impl) for caller in self._pm.get_hookcallers(plugin) or ()
+                       if not caller.has_spec()
+                       for impl in caller.get_hookimpls() if impl.plugin is plugin and not impl.optionalhook]
+            if not unknown:
+                raise
+            raise pluggy.PluginValidationError(plugin, "; ".join(unknown)) from None
 
     def _call_one(self, backend: Backend, hook_name: str, kwargs: dict):
         """Call ``hook_name`` of this backend alone; None if it does not implement the hook."""
