@@ -430,6 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="describe the machine, versions and settings")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
+
+    from . import tables_cli
+
+    tables_cli.add_parser(sub)
     return parser
 
 

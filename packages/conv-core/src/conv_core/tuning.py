@@ -7,6 +7,10 @@ Both are JSON files of one format::
                   "problem": "<ConvProblem.key>", "kernel": "<kernel id>",
                   "backend_version": "0.1.0", "us": 41.2, "status": "ok"}]}
 
+A shipped table may also say which benchmark runs its times were folded from (``"runs": ["log #17:
+2026-11-22 rdna-13 runs 33-36", ...]``, entries of ``docs/benchmarks/log.md``); readers of entries ignore it,
+:func:`read_runs` returns it, and :func:`write_entries` keeps it when a file is rewritten.
+
 ``status`` is ``ok`` or ``broken`` (the candidate failed the correctness gate
 of ``conv-core tune``; it is never ranked on that device). A database entry
 counts only on the same device name and the same version of the kernel's
@@ -62,11 +66,26 @@ def read_entries(path: Path) -> list[Entry]:
         return []
 
 
-def write_entries(path: Path, entries: list[Entry]) -> None:
-    """Write entries atomically (a crash never leaves half a database)."""
+def read_runs(path: Path) -> list[str]:
+    """The runs a tuning file names as its sources (``[]`` if it names none or cannot be read)."""
+    try:
+        runs = json.loads(Path(path).read_text()).get("runs", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [str(run) for run in runs] if isinstance(runs, list) else []
+
+
+def write_entries(path: Path, entries: list[Entry], runs: list[str] | None = None) -> None:
+    """Write entries atomically (a crash never leaves half a database).
+
+    ``runs`` names the benchmark runs the times come from; ``None`` keeps those the file at ``path``
+    already names, so that rewriting a table (``conv-core tune --export``) never loses its provenance.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"format": FORMAT, "entries": [asdict(e) for e in sorted(entries, key=lambda e: (e.problem, e.kernel))]}
+    runs = read_runs(path) if runs is None else list(runs)
+    data = {"format": FORMAT, **({"runs": runs} if runs else {}),
+            "entries": [asdict(e) for e in sorted(entries, key=lambda e: (e.problem, e.kernel))]}
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1)
