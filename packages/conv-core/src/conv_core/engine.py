@@ -24,10 +24,13 @@ import threading
 import torch
 
 from . import __version__
-from .arch import device_name
+from .arch import device_arch, device_name
+from .call_cache import CallCaches
 from .candidate import Candidate
+from .plugins import Registry
 from .problem import ConvProblem
 from .ranking import BASELINE_BACKEND, MARGIN, PLUGIN_HOST_US, Ranked, Ranking, nondeterministic, rank
+from .reference import random_operands
 from .settings import Settings
 from .timing import is_capturing, median_us
 from .tuning import Timings
@@ -56,15 +59,13 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class Engine:
-    def __init__(self, settings: Settings | None = None, registry=None) -> None:
-        from .plugins import Registry
-
+    def __init__(self, settings: Settings | None = None, registry: Registry | None = None) -> None:
         self.settings = settings or Settings.from_env()
         self.registry = registry or Registry(self.settings)
         self._rankings: dict[tuple[str, str, str | None, bool, bool], Ranking] = {}
         self._timings: dict[str, Timings] = {}
-        #: Hot-path cache of :mod:`conv_core.routes`: call signature -> the route that runs it.
-        self.calls: dict[tuple, object] = {}
+        #: What each call signature was decided to run (:mod:`conv_core.call_cache`), the hot path's lookup.
+        self.calls = CallCaches()
         self._lock = threading.Lock()
         if self.settings.trace and not log.handlers:
             log.addHandler(logging.StreamHandler())
@@ -81,8 +82,6 @@ class Engine:
     def timings(self, device: torch.device) -> Timings:
         name = device_name(device)
         if name not in self._timings:
-            from .arch import device_arch
-
             self._timings[name] = Timings(name, device_arch(device), self.versions(), self.settings.tuning_db,
                                           self.registry.tuning_tables())
         return self._timings[name]
@@ -160,8 +159,6 @@ class Engine:
         plugin can earn its place (:func:`conv_core.ranking.baseline_first`), so the others are neither
         compiled nor timed.
         """
-        from .reference import random_operands
-
         operands = random_operands(problem, device, seed=0)
         times, failed = {}, {}
         candidates = sorted(candidates, key=lambda c: c.backend != BASELINE_BACKEND)

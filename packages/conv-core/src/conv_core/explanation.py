@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .arch import device_arch, device_name
 from .call import autocast_operands
 from .candidate import Declined
 from .engine import NoCandidateError, get_engine
@@ -148,8 +149,6 @@ def _ranking(engine, problem: ConvProblem, device: torch.device, backend: str | 
 
 def _notes(engine, problem: ConvProblem, device: torch.device, backend: str | None) -> list[str]:
     """Facts that change the choice but are easy to forget: forced backends, arch mismatches."""
-    from .arch import device_arch
-
     notes = []
     forced = backend or engine.settings.force_backend
     if forced:
@@ -171,8 +170,6 @@ def _default_device(problem: ConvProblem) -> torch.device:
 
 
 def _describe_device(device: torch.device) -> str:
-    from .arch import device_arch, device_name
-
     name = device_name(device)
     return f"{device} ({name}, {device_arch(device)})" if name != device.type else str(device)
 

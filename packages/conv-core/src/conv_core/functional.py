@@ -6,7 +6,8 @@ Three ways through, one decision (:mod:`conv_core.routes`):
   ``F.conv*d`` with PyTorch's autograd; an engine route runs the ranked candidates, through a
   ``torch.autograd.Function`` whose backward runs the ``bwd_data`` and ``bwd_weight`` problems when
   gradients are needed;
-- under ``torch.compile``: the ``conv_core::conv`` op of :mod:`conv_core.ops`, which becomes
+- under ``torch.compile``: the ``conv_core::conv`` op of :mod:`conv_core.ops` (entered through
+  :mod:`conv_core.dispatch`), which becomes
   Inductor's own convolution where aten ranks first and an opaque custom op where a plugin wins;
 - empty tensors (batch 0, no channels) go to ``F.conv*d`` as they are: PyTorch's empty output and
   zero gradients, or its error.
@@ -16,9 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from . import activations, ops
+from . import activations
 from . import engine as engine_module
 from .call import ConvArgs, autocast_operands, check_call
+from .call_cache import EagerKey
+from .dispatch import call_backward_ops, traced_call
 from .engine import get_engine
 from .problem import dtype_name, torch_dtype
 from .routes import CONV, Route, backward_data, backward_weight, bias_grad, build_route, cacheable, pre_activation_grad
@@ -41,7 +44,7 @@ class _ConvFunction(torch.autograd.Function):
         args = route.args
         g = pre_activation_grad(args, y, grad)
         if torch.is_grad_enabled():  # create_graph=True: the custom ops know their own derivatives
-            dx, dw = ops.call_backward_ops(x, w, g, route.layout, args, ctx.needs_input_grad[:2])
+            dx, dw = call_backward_ops(x, w, g, route.layout, args, ctx.needs_input_grad[:2])
         else:
             dx = dw = None
             if ctx.needs_input_grad[0]:
@@ -107,27 +110,27 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
                  backend) -> torch.Tensor:
     """Every eager call: the cheapest checks that pin its route, one dictionary lookup, the route."""
     if _compiling():
-        return ops.traced_call(ndim, input, weight, bias, stride, padding, dilation, groups, activation,
-                               out_dtype, backend)
+        return traced_call(ndim, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype,
+                           backend)
     if _any_autocast():
         input, weight, bias = autocast_operands(input, weight, bias)
     try:
         needs_grad = _grad_enabled() and (
             input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
         # The bias's dtype is checked when a route is made; a later change reaches F.conv*d, which refuses it,
-        # or an engine route, which casts it.
-        key = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype, bias is None,
-               needs_grad, _deterministic(), ndim, stride, padding, dilation, groups, activation, out_dtype,
-               backend)
+        # or an engine route, which casts it. The fields: call_cache.EAGER_KEY_FIELDS.
+        key: EagerKey = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype,
+                         bias is None, needs_grad, _deterministic(), ndim, stride, padding, dilation, groups,
+                         activation, out_dtype, backend)
     except AttributeError:
         raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and "
                         f"{type(weight).__name__}") from None
-    calls = (engine_module._engine or get_engine()).calls
+    routes = (engine_module._engine or get_engine()).calls.eager
     try:
-        route = calls.get(key)
+        route = routes.get(key)
     except TypeError:  # an argument given as a list
         key = _frozen(key)
-        route = calls.get(key)
+        route = routes.get(key)
     if route is None:
         if input.numel() == 0 or weight.numel() == 0:
             return _empty_call(ndim, input, weight, bias, stride, padding, dilation, groups, activation,
@@ -138,7 +141,7 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
         route, keep = _new_route(ndim, input, weight, bias, stride, padding, dilation, groups, activation,
                                  out_dtype, backend, needs_grad)
         if keep:
-            calls[key] = route
+            routes[key] = route
     if needs_grad and not route.direct:
         return _ConvFunction.apply(input, weight, bias, route)
     return route.run(input, weight, bias)

@@ -10,9 +10,9 @@ an opaque custom op whose backward calls the two opaque backward ops. Symbolic (
 be ranked, so those layers are Inductor's too. The decision is made once per signature and never
 times anything (first-use benchmarking never runs while tracing).
 
-The ops take the call's arguments as plain lists (padding flattened as
-``[left0, right0, left1, right1, ...]``; empty strings for "none"). Fake implementations give shapes,
-dtypes and strides without running anything.
+The ops take the call's arguments as plain lists (:mod:`conv_core.dispatch` translates, and is how
+the functional API calls them). Fake implementations give shapes, dtypes and strides without running
+anything.
 """
 
 from __future__ import annotations
@@ -21,23 +21,13 @@ import torch
 import torch.nn.functional as F
 
 from . import activations
-from .call import ConvArgs, autocast_operands, check_call
+from .call import ConvArgs, check_call
+from .call_cache import TracedKey
+from .dispatch import call_backward_ops, op_args
 from .engine import get_engine
-from .problem import ConvProblem, torch_dtype
 from .layout import detect_layout, empty_strided_for
-from .routes import (CONV, backward_data, backward_weight, bias_grad, build_route, forward,
-                     pre_activation_grad)
-
-
-def _args(stride, padding, dilation, groups, activation, out_dtype, backend) -> ConvArgs:
-    pairs = tuple((padding[i], padding[i + 1]) for i in range(0, len(padding), 2))
-    return ConvArgs(len(stride), tuple(stride), pairs, tuple(dilation), groups, activation or None,
-                    None if out_dtype is None else str(out_dtype).removeprefix("torch."), backend or None)
-
-
-def _flat(args: ConvArgs):
-    return (list(args.stride), [v for pair in args.padding for v in pair], list(args.dilation), args.groups,
-            args.activation or "", None if args.out_dtype is None else torch_dtype(args.out_dtype), args.backend or "")
+from .problem import ConvProblem, torch_dtype
+from .routes import CONV, backward_data, backward_weight, bias_grad, build_route, forward, pre_activation_grad
 
 
 def _shape_problem(args: ConvArgs, input_shape, weight_shape, dtype, layout: str, direction: str) -> ConvProblem:
@@ -57,30 +47,21 @@ def _fake_result(problem: ConvProblem, like: torch.Tensor) -> torch.Tensor:
 def convolution(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
                 padding: list[int], dilation: list[int], groups: int, activation: str,
                 out_dtype: torch.dtype | None, backend: str) -> torch.Tensor:
-    return forward(input, weight, bias, _args(stride, padding, dilation, groups, activation, out_dtype, backend))
+    return forward(input, weight, bias, op_args(stride, padding, dilation, groups, activation, out_dtype, backend))
 
 
 @convolution.register_fake
 def _(input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend):
-    args = _args(stride, padding, dilation, groups, activation, out_dtype, backend)
+    args = op_args(stride, padding, dilation, groups, activation, out_dtype, backend)
     return _fake_result(_shape_problem(args, input.shape, weight.shape, input.dtype, detect_layout(input), "fwd"),
                         input)
 
 
 def _setup_context(ctx, inputs, output):
     input, weight, bias, *rest = inputs
-    ctx.args = _args(*rest)
+    ctx.args = op_args(*rest)
     ctx.layout = detect_layout(input)
     ctx.save_for_backward(input, weight, bias, output if ctx.args.activation else None)
-
-
-def call_backward_ops(input, weight, grad_pre, layout: str, args: ConvArgs, needed) -> tuple:
-    """(dx, dw) through the backward custom ops, for the gradients ``needed`` (a pair of bools)."""
-    stride, padding, dilation, groups, _, _, backend = _flat(args)
-    geometry = (stride, padding, dilation, groups, backend)
-    dx = convolution_backward_data(grad_pre, weight, list(input.shape), layout, *geometry) if needed[0] else None
-    dw = convolution_backward_weight(input, grad_pre, list(weight.shape), *geometry) if needed[1] else None
-    return dx, dw
 
 
 def _backward(ctx, grad):
@@ -98,7 +79,7 @@ convolution.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _bwd_args(stride, padding, dilation, groups, backend) -> ConvArgs:
-    return _args(stride, padding, dilation, groups, "", None, backend)
+    return op_args(stride, padding, dilation, groups, "", None, backend)
 
 
 @torch.library.custom_op("conv_core::convolution_backward_data", mutates_args=())
@@ -187,15 +168,14 @@ def _plugin_wins(args: ConvArgs, input: torch.Tensor, weight: torch.Tensor, bias
     if input.numel() == 0 or weight.numel() == 0:
         return False
     needs_grad = _needs_grad(input, weight, bias)
-    key = ("traced", args, tuple(input.shape), input.stride(), input.dtype, str(input.device),
-           tuple(weight.shape), None if bias is None else bias.dtype, needs_grad,
-           torch.are_deterministic_algorithms_enabled())
-    calls = get_engine().calls
-    wins = calls.get(key)
+    key = TracedKey(args, tuple(input.shape), input.stride(), input.dtype, str(input.device), tuple(weight.shape),
+                    None if bias is None else bias.dtype, needs_grad, torch.are_deterministic_algorithms_enabled())
+    traced = get_engine().calls.traced
+    wins = traced.get(key)
     if wins is None:
         check_call(args.ndim, input, weight, bias, args)
         route = build_route(args, input, weight, bias, needs_grad, may_time=False)
-        wins = calls[key] = not route.direct
+        wins = traced[key] = not route.direct
     return wins
 
 
@@ -204,7 +184,7 @@ def _needs_grad(input, weight, bias) -> bool:
 
 
 def _conv(input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend):
-    args = _args(stride, padding, dilation, groups, activation, out_dtype, backend)
+    args = op_args(stride, padding, dilation, groups, activation, out_dtype, backend)
     if _plugin_wins(args, input, weight, bias):
         # The opaque op's backward reads the activation's derivative off its output (relu, relu6 only).
         fusable = activation in activations.DERIVATIVE_FROM_OUTPUT or not _needs_grad(input, weight, bias)
@@ -222,13 +202,3 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, activation, ou
 
 _lib.impl("conv", _conv, "CompositeImplicitAutograd")
 
-
-def traced_call(ndim: int, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype,
-                backend) -> torch.Tensor:
-    """A conv-core call while ``torch.compile`` traces: normalised and handed to ``conv_core::conv``."""
-    if input.dim() == ndim + 1:
-        return traced_call(ndim, input.unsqueeze(0), weight, bias, stride, padding, dilation, groups, activation,
-                           out_dtype, backend).squeeze(0)
-    input, weight, bias = autocast_operands(input, weight, bias)
-    args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, backend)
-    return torch.ops.conv_core.conv(input, weight, bias, *_flat(args))

@@ -1,7 +1,8 @@
 """How one call signature runs: straight to PyTorch's convolution, or through the engine's candidates.
 
 A :class:`Route` is decided once per call signature (argument checks, normalisation and ranking
-happen then); afterwards a call is one dictionary lookup and :meth:`Route.run`.
+happen then); afterwards a call is one dictionary lookup (the engine's caches,
+:mod:`conv_core.call_cache`) and :meth:`Route.run`.
 
 Where aten (PyTorch's convolution) ranks first in every direction the call needs, the route is
 *direct*: ``F.conv*d`` itself, with PyTorch's own autograd. Such a call costs what ``F.conv*d`` costs
@@ -19,7 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from . import activations
+from .arch import device_arch
 from .call import ConvArgs, problem_of_call
+from .call_cache import BackwardKey, OpKey
 from .engine import ANY_BACKEND, NoCandidateError, get_engine
 from .problem import ConvProblem, dtype_name, torch_dtype
 from .layout import detect_layout, to_layout
@@ -118,22 +121,15 @@ def _backward(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape, wei
     engine = get_engine()
     dtype = dtype_name(b.dtype if direction == "bwd_data" else a.dtype)
     if ranking is None:
-        key = (direction, args, tuple(input_shape), tuple(weight_shape), dtype, layout, a.device,
-               torch.are_deterministic_algorithms_enabled())
-        ranking = engine.calls.get(key)
+        key = BackwardKey(direction, args, tuple(input_shape), tuple(weight_shape), dtype, layout, a.device,
+                          torch.are_deterministic_algorithms_enabled())
+        ranking = engine.calls.backward.get(key)
         if ranking is None:
-            problem = args.problem(direction, input_shape, weight_shape, dtype, layout, False,
-                                   _arch(a.device))
+            problem = args.problem(direction, input_shape, weight_shape, dtype, layout, False, device_arch(a.device))
             ranking = rank_direction(problem, a.device, args.backend, True)
-            engine.calls[key] = ranking
+            engine.calls.backward[key] = ranking
     torch_dt = torch_dtype(dtype)
     return engine.execute(ranking, (to_layout(a.to(torch_dt), layout), to_layout(b.to(torch_dt), layout)))
-
-
-def _arch(device: torch.device) -> str:
-    from .arch import device_arch
-
-    return device_arch(device)
 
 
 def backward_data(grad_pre: torch.Tensor, w: torch.Tensor, input_shape, layout: str, args: ConvArgs,
@@ -162,12 +158,12 @@ def bias_grad(grad_pre: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 
 def forward(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, args: ConvArgs) -> torch.Tensor:
     """The forward convolution for normalised arguments (the opaque custom op's body); no autograd."""
-    calls = get_engine().calls
-    key = ("op", args, x.shape, x.stride(), x.dtype, x.device, w.shape, w.dtype,
-           None if bias is None else bias.dtype, torch.are_deterministic_algorithms_enabled())
-    route = calls.get(key)
+    routes = get_engine().calls.op_routes
+    key = OpKey(args, x.shape, x.stride(), x.dtype, x.device, w.shape, w.dtype, None if bias is None else bias.dtype,
+                torch.are_deterministic_algorithms_enabled())
+    route = routes.get(key)
     if route is None:
         route = build_route(args, x, w, bias, needs_grad=False)
         route.direct = False  # the op was chosen for a plugin kernel; run the engine's choice
-        calls[key] = route
+        routes[key] = route
     return route.run(x, w, bias)

@@ -20,6 +20,10 @@ A backend package checks itself with a few lines::
 At collection time the suite asks the backend (and only it) for candidates for
 the edge-case and random problems, and :func:`generate_tests` turns
 every (problem, candidate) pair it returns into one ``test_matches_reference``.
+
+The checks are imported inside the functions that use them, on purpose: a test module imports this
+one to subclass :class:`ConformanceSuite`, and nothing of the checks (nor the engine they create)
+should load before a suite is collected (``test_conformance_aten.py`` checks it).
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+import torch
+
+from ..arch import device_arch
+from ..problem import ConvProblem
 
 
 class ConformanceSuite:
@@ -63,8 +71,6 @@ class ConformanceSuite:
     @classmethod
     def _conv_core_cpu_threads(cls):
         """Run the class with ``cpu_threads`` CPU threads, and restore the count afterwards."""
-        import torch
-
         if cls.cpu_threads is None or torch.device(cls.device).type != "cpu":
             yield
             return
@@ -77,7 +83,7 @@ class ConformanceSuite:
 
     def test_matches_reference(self, conv_case):
         """One candidate on one problem: poisoned ``out=``, fresh result, both against the reference."""
-        from .conformance import check_candidate
+        from .checks import check_candidate
 
         comparison = check_candidate(_present(conv_case).problem, conv_case.candidate, self.device, self.seed)
         if not comparison.ok:
@@ -85,7 +91,7 @@ class ConformanceSuite:
 
     def test_noncontiguous_input(self, conv_noncontiguous_problem):
         """The public ``conv_core.convNd(..., backend=...)`` on strided views, per direction x dtype x layout."""
-        from .conformance import check_noncontiguous
+        from .noncontiguous import check_noncontiguous
 
         problem = _present(conv_noncontiguous_problem)
         comparison = check_noncontiguous(problem, self.backend, self.device, self.seed)
@@ -94,7 +100,7 @@ class ConformanceSuite:
 
     def test_metadata(self, conv_kernel):
         """One kernel id: stable across calls of the hook, string tags, finite positive estimates."""
-        from .conformance import check_metadata
+        from .checks import check_metadata
 
         kernel_id, pairs = _present(conv_kernel)
         issues = [issue for problem, candidate in pairs for issue in check_metadata(problem, candidate, self.device)]
@@ -153,10 +159,6 @@ def collected(cls: type) -> SuiteCases:
 
 
 def _collect(cls: type) -> SuiteCases:
-    import torch
-
-    from ..arch import device_arch
-    from ..problem import ConvProblem
     from . import conformance
 
     if not cls.backend:

@@ -1,0 +1,103 @@
+"""The engine's memory of calls: one typed cache per purpose, each keyed on what pins its answer.
+
+A call's signature is checked, normalised and ranked once; afterwards the answer is looked up here.
+Four questions are asked, each with its own key and its own kind of answer:
+
+- ``eager``: how an eager ``conv*d`` call runs (:mod:`conv_core.functional`): its route;
+- ``op_routes``: how the opaque op ``conv_core::convolution`` runs its forward (:func:`conv_core.routes.forward`);
+- ``backward``: the ranking a backward op runs when no route brought one (:mod:`conv_core.routes`);
+- ``traced``: whether a plugin kernel wins a layer traced by ``torch.compile`` (:mod:`conv_core.ops`).
+
+``Engine.reset`` clears all four (:meth:`CallCaches.clear`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+import torch
+
+from .call import ConvArgs
+from .ranking import Ranking
+
+if TYPE_CHECKING:  # routes imports the engine, which holds these caches
+    from .routes import Route
+
+#: The eager key's fields, in order. The key is a plain tuple built inline on every call: constructing a
+#: NamedTuple there costs more than the whole lookup. The arguments are as given (lists frozen to tuples).
+EAGER_KEY_FIELDS = ("input_shape", "input_stride", "input_dtype", "device", "weight_shape", "weight_dtype",
+                    "no_bias", "needs_grad", "deterministic", "ndim", "stride", "padding", "dilation", "groups",
+                    "activation", "out_dtype", "backend")
+EagerKey = tuple
+
+
+class Runner(Protocol):
+    """What the eager cache holds: a :class:`~conv_core.routes.Route` or a route with autograd's activation."""
+
+    direct: bool
+
+    def run(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor: ...
+
+
+class OpKey(NamedTuple):
+    """The opaque forward op's call: normalised arguments, operands' shapes, strides and dtypes."""
+
+    args: ConvArgs
+    input_shape: torch.Size
+    input_stride: tuple[int, ...]
+    input_dtype: torch.dtype
+    device: torch.device
+    weight_shape: torch.Size
+    weight_dtype: torch.dtype
+    bias_dtype: torch.dtype | None
+    deterministic: bool
+
+
+class BackwardKey(NamedTuple):
+    """A backward op's call: its direction, the forward's arguments and shapes, dtype, layout and device."""
+
+    direction: str
+    args: ConvArgs
+    input_shape: tuple[int, ...]
+    weight_shape: tuple[int, ...]
+    dtype: str
+    layout: str
+    device: torch.device
+    deterministic: bool
+
+
+class TracedKey(NamedTuple):
+    """A layer met while tracing: what the eager route of the same call would depend on."""
+
+    args: ConvArgs
+    input_shape: tuple[int, ...]
+    input_stride: tuple[int, ...]
+    input_dtype: torch.dtype
+    device: str
+    weight_shape: tuple[int, ...]
+    bias_dtype: torch.dtype | None
+    needs_grad: bool
+    deterministic: bool
+
+
+@dataclass
+class CallCaches:
+    """The four caches; see the module's text for who asks each."""
+
+    eager: dict[EagerKey, Runner] = field(default_factory=dict)
+    op_routes: dict[OpKey, Route] = field(default_factory=dict)
+    backward: dict[BackwardKey, Ranking] = field(default_factory=dict)
+    traced: dict[TracedKey, bool] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        """Forget every answer (the next call of each signature decides again)."""
+        for cache in (self.eager, self.op_routes, self.backward, self.traced):
+            cache.clear()
+
+    def routes(self) -> Iterator[Route]:
+        """Every route kept, eager and opaque-op ones (a route with autograd's activation gives its inner one)."""
+        for runner in self.eager.values():
+            yield getattr(runner, "route", runner)
+        yield from self.op_routes.values()
