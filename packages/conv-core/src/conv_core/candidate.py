@@ -12,18 +12,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-#: Tags the core understands. Backends may add their own; these change ranking or use.
+#: Tags the core understands, each with what the core does with it. A backend may add tags of its own
+#: (conv-rdna's ``interpreted``, say): the core accepts and shows them (``explain``), and acts on none.
 KNOWN_TAGS = {
-    "deterministic": "bitwise the same result on every run with the same inputs",
-    "cuda_graph_safe": "can be captured in a CUDA graph (no host sync, no allocation that changes between runs)",
-    "needs_workspace": "allocates scratch memory beyond the result (see Candidate.workspace_bytes)",
+    "deterministic": ("bitwise the same result on every run with the same inputs; the conformance kit runs the "
+                      "candidate twice on the same operands and fails it if the bits differ"),
+    "cuda_graph_safe": ("can be captured in a CUDA graph (no host sync, no allocation that changes between runs); "
+                        "while a capture is under way the engine runs the first ranked candidate with this tag"),
+    "needs_workspace": ("allocates scratch memory beyond the result; the conformance kit fails a candidate whose "
+                        "tag and Candidate.workspace_bytes disagree (the tag exactly when workspace_bytes > 0)"),
     "atomics": ("accumulates with atomics; results may differ in the last bits between runs; ranked after the "
                 "candidates without it, never under torch.use_deterministic_algorithms (see conv_core.ranking)"),
     "experimental": "not run on hardware by its authors; ranked after every other candidate",
-    "interpreted": "runs under Triton's CPU interpreter (slow; for tests)",
     "direct": ("is torch.nn.functional.conv*d on the operands as given (aten only): where it ranks first in every "
                "direction a call needs, the core calls that function itself, with PyTorch's autograd"),
-    "tf32": "float32 operands are rounded to tf32 in the matrix units (wider tolerance)",
+    "tf32": ("float32 operands are rounded to tf32 in the matrix units; the reference comparison's tolerance "
+             "takes tf32's unit roundoff for it instead of float32's"),
 }
 
 
