@@ -10,12 +10,16 @@
 #          checks (gpu_suite_checks.py) by direction and layout; each under `timeout ${VERIFY_S:-540}`, outputs
 #          packed into OUT_DIR/verify_NAME.tgz
 #   bench:NAME : the suites benchmarked in every direction and layout (no tuning database) and the
-#                target report; raw files packed into OUT_DIR/bench_NAME.tgz (the device returns few files)
-#   tune:NAME  : `conv-core tune` over the same suites, split into the tables NAME and aten ship,
-#                installed into the packages for the stages after it (OUT_DIR/tune_NAME.tgz)
+#                target report (conv-core tables report); raw files packed into OUT_DIR/bench_NAME.tgz (the device
+#                returns few files; `conv-core tables bundle` adds them to docs/benchmarks/raw/NAME.json.gz)
+#   tune:NAME  : `conv-core tune` over the same suites, split into the tables NAME and aten ship (`conv-core tables
+#                split`, naming the run $TABLES_RUN), installed into the packages for the stages after it
+#                (OUT_DIR/tune_NAME.tgz)
 #   sweep:NAME : `python -m conv_NAME.sweep run $SWEEP_ARGS_NAME` (the offline configuration sweep), merged into the
 #                package's data/swept/<arch>.json for the stages after it (OUT_DIR/sweep_NAME.json)
-#   gluon      : scripts/gpu_gluon.py's stages ($GLUON_ARGS) into OUT_DIR/gluon
+#   gluon      : conv-gluon's GPU harness (pytest of plugins/conv-gluon/tests/test_gpu_harness.py; stages
+#                $GLUON_STAGES, comma list, default all; start no case after $GLUON_BUDGET_S s, default 420)
+#                into OUT_DIR/gluon (gpu_gluon.json, gpu_gluon.md)
 #   pytest:PATH : CUDA pytest of one test file (CONV_RDNA_TEST_DEVICE=cuda), -k $PYTEST_K if set
 #   models     : the real-model benchmark (conv-core bench --model) of each model in $MODELS (default: the issue's
 #                six) into OUT_DIR/models_NAME.json, modes $MODEL_MODES (default all), $MODEL_ARGS appended
@@ -95,7 +99,7 @@ for stage in "$@"; do
         done
         tar czf "$out/bench_$name.tgz" -C "$work" .  # what is done so far survives a time-out
       done
-      python3 scripts/bench_report.py --backend "$name" --title "conv-$name on $(nvidia-smi --query-gpu=name \
+      conv-core tables report --backend "$name" --title "conv-$name on $(nvidia-smi --query-gpu=name \
         --format=csv,noheader | head -1)" --out "$work/report_$name.md" "$work"/*_*_*.json || status=1
       cp "$work/report_$name.md" "$out/" && tar czf "$out/bench_$name.tgz" -C "$work" .
       ;;
@@ -111,7 +115,9 @@ for stage in "$@"; do
         done
         tar czf "$out/tune_$name.tgz" -C "$work" .  # what is done so far survives a time-out
       done
-      python3 scripts/split_tables.py "$work/tuning.json" "$work/tables" || status=1
+      conv-core tables split "$work/tuning.json" "$work/tables" \
+        --run "${TABLES_RUN:-gpu_run.sh tune:$name $(date -u +%Y-%m-%dT%H:%M) $(nvidia-smi --query-gpu=name \
+        --format=csv,noheader | head -1)}" || status=1
       # install them where the packages ship them, so later stages of this run rank on them too
       mkdir -p packages/conv-core/src/conv_core/data/tables "plugins/conv-$name/src/conv_$name/data/tables"
       cp "$work"/tables/aten_*.json packages/conv-core/src/conv_core/data/tables/
@@ -125,7 +131,9 @@ for stage in "$@"; do
       python3 -m "conv_$name.sweep" merge "$out/sweep_$name.json" || status=1
       ;;
     gluon)
-      python3 scripts/gpu_gluon.py "$out/gluon" ${GLUON_ARGS:-} 2>&1 | tail -60 || status=1
+      CONV_GLUON_GPU_OUT="$out/gluon" CONV_GLUON_GPU_STAGES="${GLUON_STAGES:-}" \
+        CONV_GLUON_GPU_BUDGET_S="${GLUON_BUDGET_S:-420}" python3 -m pytest -v -rs -p no:cacheprovider \
+        plugins/conv-gluon/tests/test_gpu_harness.py 2>&1 | tail -60 || status=1
       ;;
     pytest:*)
       CONV_RDNA_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider "${stage#pytest:}" ${PYTEST_K:+-k "$PYTEST_K"} \

@@ -140,6 +140,7 @@ def report(args: argparse.Namespace) -> int:
     page = suite_page.render(runs, args.backend, args.title, regenerate)
     if args.out:
         Path(args.out).write_text(page + "\n")
+        print(page.split("\n## Runs")[0].split("## Current figures")[-1].strip())  # the figures and targets
         print(f"wrote {args.out} from {len(runs)} run(s)")
     else:
         print(page)
