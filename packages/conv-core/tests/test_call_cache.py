@@ -1,0 +1,67 @@
+"""The engine's call caches, one per question, and the layering of the modules that fill them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+import conv_core
+from conv_core import ops
+from conv_core.call_cache import EAGER_KEY_FIELDS, BackwardKey, OpKey, TracedKey
+from conv_core.dispatch import op_args
+from test_bench_tune import isolate
+
+SOURCE = Path(conv_core.__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def fresh_engine(tmp_path, monkeypatch):
+    isolate(tmp_path, monkeypatch)
+
+
+def imported_modules(name: str) -> set[str]:
+    """The conv_core modules ``name`` imports, at module level or inside functions."""
+    tree = ast.parse((SOURCE / f"{name}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("conv_core."):
+            found.add(node.module.removeprefix("conv_core."))
+    return found
+
+
+def test_functional_and_ops_do_not_import_each_other():
+    assert "ops" not in imported_modules("functional")
+    assert "functional" not in imported_modules("ops")
+    assert "dispatch" in imported_modules("functional") & imported_modules("ops")  # the layer they share
+
+
+def operands(grad=False):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 7, 6, generator=g).requires_grad_(grad)
+    w = torch.randn(6, 4, 3, 3, generator=g).requires_grad_(grad)
+    return x, w
+
+
+def test_each_question_has_its_own_cache_and_reset_clears_them_all():
+    calls = conv_core.get_engine().calls
+    x, w = operands(grad=True)
+    conv_core.conv2d(x, w, None, padding=1)
+    (key,) = calls.eager
+    assert len(key) == len(EAGER_KEY_FIELDS) and dict(zip(EAGER_KEY_FIELDS, key))["needs_grad"] is True
+    x, w = operands()
+    geometry = ([1, 1], [1, 1, 1, 1], [1, 1], 1)
+    torch.ops.conv_core.convolution(x, w, None, *geometry, "", None, "")
+    y = torch.ops.conv_core.convolution(x, w, None, *geometry, "", None, "")
+    torch.ops.conv_core.convolution_backward_weight(x, y, list(w.shape), *geometry, "")
+    assert ops._plugin_wins(op_args(*geometry, "", None, ""), x, w, None) is False  # aten wins on this machine
+    assert [type(k) for k in calls.op_routes] == [OpKey]
+    assert [(type(k), k.direction) for k in calls.backward] == [(BackwardKey, "bwd_weight")]
+    assert [type(k) for k in calls.traced] == [TracedKey] and list(calls.traced.values()) == [False]
+    assert len(list(calls.routes())) == 2  # the eager route and the opaque op's
+    conv_core.get_engine().reset()
+    assert not (calls.eager or calls.op_routes or calls.backward or calls.traced)
