@@ -5,7 +5,7 @@ untouched, the same bits twice, the float64 reference under the tolerance model.
 
 What this proves: the candidates' plans (every argument, the padded and transposed weights, the stride phases,
 the weight gradient's units and splits) compute the convolutions the kit asks for. What it cannot: the kernels'
-synchronisation and the hardware's behaviour, which ``scripts/gpu_gluon.py`` checks on the GPU (its ``kit``
+synchronisation and the hardware's behaviour, which ``test_gpu_harness.py`` checks on the GPU (its ``kit``
 stage runs this same kit compiled).
 """
 

@@ -205,7 +205,7 @@ def runner(problem: ConvProblem, plan: Plan | DataGradPlan | WeightGradPlan) -> 
 
 def warmup(problem: ConvProblem, plan: Plan | DataGradPlan | WeightGradPlan, device: torch.device) -> None:
     """Compile the plan's kernels for ``device`` without running them (Triton's JIT caches them for the first run,
-    and its on-disk cache for other processes: ``scripts/gpu_gluon.py``).
+    and its on-disk cache for other processes: ``tests/gpu_harness_warm.py``).
 
     Only what the JIT specializes on matters (dtypes, 16-byte alignment, descriptor boxes; nothing that changes
     with the batch or the image size), so small aligned placeholders stand in for the operands."""
