@@ -12,7 +12,7 @@ import conv_core
 from conv_core import ops
 from conv_core.call_cache import EAGER_KEY_FIELDS, BackwardKey, OpKey, TracedKey
 from conv_core.dispatch import op_args
-from test_bench_tune import isolate
+from test_bench_tune import isolate, use_backends
 
 SOURCE = Path(conv_core.__file__).resolve().parent
 
@@ -47,8 +47,8 @@ def operands(grad=False):
     return x, w
 
 
-def test_each_question_has_its_own_cache_and_reset_clears_them_all():
-    calls = conv_core.get_engine().calls
+def test_each_question_has_its_own_cache_and_reset_clears_them_all(monkeypatch):
+    calls = use_backends(monkeypatch).calls  # aten alone: every decision below is aten's
     x, w = operands(grad=True)
     conv_core.conv2d(x, w, None, padding=1)
     (key,) = calls.eager
@@ -58,7 +58,7 @@ def test_each_question_has_its_own_cache_and_reset_clears_them_all():
     torch.ops.conv_core.convolution(x, w, None, *geometry, "", None, "")
     y = torch.ops.conv_core.convolution(x, w, None, *geometry, "", None, "")
     torch.ops.conv_core.convolution_backward_weight(x, y, list(w.shape), *geometry, "")
-    assert ops._plugin_wins(op_args(*geometry, "", None, ""), x, w, None) is False  # aten wins on this machine
+    assert ops._plugin_wins(op_args(*geometry, "", None, ""), x, w, None) is False
     assert [type(k) for k in calls.op_routes] == [OpKey]
     assert [(type(k), k.direction) for k in calls.backward] == [(BackwardKey, "bwd_weight")]
     assert [type(k) for k in calls.traced] == [TracedKey] and list(calls.traced.values()) == [False]
