@@ -64,7 +64,8 @@ for stage in "$@"; do
     verify:*)
       name=${stage#verify:}
       work=$(mktemp -d)
-      tests=($(ls plugins/conv-$name/tests/test_*.py | grep -v test_compile.py))  # compilation for all targets: CI's
+      # compilation for all targets: CI's; the gluon harness: the gluon stage's
+      tests=($(ls plugins/conv-$name/tests/test_*.py | grep -v -e test_compile.py -e test_gpu_harness.py))
       half=$(( ${#tests[@]} / 2 ))
       lim=${VERIFY_S:-540}
       CONV_RDNA_TEST_DEVICE=cuda timeout "$lim" python3 -m pytest -v -p no:cacheprovider "${tests[@]:0:$half}" \
