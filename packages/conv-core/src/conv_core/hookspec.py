@@ -10,7 +10,9 @@ whose names are the hooks below, registered through the entry-point group
 
 The core calls each backend's hooks on their own, inside a guard: a hook that
 raises, or returns something malformed, marks that backend as failed (see
-``conv-core backends``) and the other backends carry on.
+``conv-core backends``) and the other backends carry on. A ``@hookimpl``
+function named after none of the hooks below (a misspelling) fails the
+backend's load (:class:`conv_core.plugins.Registry`).
 """
 
 from __future__ import annotations

@@ -201,4 +201,3 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, activation, ou
 
 
 _lib.impl("conv", _conv, "CompositeImplicitAutograd")
-
