@@ -6,7 +6,7 @@
 | ``CONV_CORE_DISABLE_PLUGINS`` | comma list: never load these entry-point backends |
 | ``CONV_CORE_BACKEND`` | force every call to this backend (an error if it has no candidate) |
 | ``CONV_CORE_TRACE`` | ``1``: log every ranking decision (``conv_core`` logger, to stderr) |
-| ``CONV_CORE_TUNING_DB`` | path of the tuning database (default ``${XDG_CACHE_HOME:-~/.cache}/conv-core/tuning.json``) |
+| ``CONV_CORE_TUNING_DB`` | the tuning database (default ``${XDG_CACHE_HOME:-~/.cache}/conv-core/tuning.json``) |
 | ``CONV_CORE_BENCHMARK`` | ``1``: time each new problem's candidates once, on first use (never while capturing) |
 | ``CONV_CORE_NONDETERMINISTIC`` | ``1``: rank ``atomics`` candidates by time (default: after the non-atomics ones) |
 | ``CONV_CORE_TRUST_ESTIMATES`` | ``1``: estimates may displace aten (default: only measured times, by a margin) |
