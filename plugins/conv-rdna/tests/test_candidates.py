@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import conv_core
 import pytest
@@ -10,7 +11,11 @@ import torch
 from conv_core.backends import aten
 from conv_core.candidate import Candidate, Declined
 from conv_core.problem import ConvProblem
-from conv_rdna import candidates, hooks, plan
+from conv_core.kit.declines import INT32_ELEMENTS
+from conv_core.kit.registry import readme_table
+from conv_rdna import candidates, configs, hooks, registry
+
+README = Path(__file__).parents[1] / "README.md"
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")  # the hook only reads the device type: no GPU needed
@@ -108,7 +113,7 @@ def test_grid_limit_on_groups_and_phases():
 def test_weight_gradient_workspace_stays_addressable():
     p = problem("bwd_weight", arch="gfx1100", batch=256, in_channels=2048, out_channels=2048, input_size=(14, 14))
     for c in answer(p, CUDA):
-        assert c.workspace_bytes // 4 <= plan.INT32_ELEMENTS
+        assert c.workspace_bytes // 4 <= INT32_ELEMENTS
 
 
 def test_tags_on_the_cpu():
@@ -154,3 +159,26 @@ def test_gpu_estimates():
     thin = layer.replace(in_channels=3, out_channels=256)  # 3 of 16 reduction lanes used: slower per flop
     per_flop = lambda p: answer(p, CUDA)[0].estimate_us / p.flops  # noqa: E731
     assert per_flop(thin) > per_flop(layer)
+
+
+def test_readme_kernel_table_is_the_registry():
+    """The README's kernel table is generated: ``REGISTRY.markdown_table()`` between its markers."""
+    assert readme_table(README.read_text()) == registry.REGISTRY.markdown_table()
+
+
+def test_every_kernel_family_has_a_table_entry():
+    for name in configs.table_names():
+        assert set(registry.FAMILIES) == set(configs.table(name).families), name
+
+
+def test_depthwise_problems_with_groups_take_only_the_depthwise_kernel():
+    """The general families say why they leave a grouped depthwise problem; one input channel keeps both."""
+    grouped = problem(in_channels=8, out_channels=16, groups=8)
+    for direction in ("fwd", "bwd_data", "bwd_weight"):
+        p = grouped.with_direction(direction)
+        assert candidates.kernels_for(p) == (registry.DEPTHWISE_KERNELS[direction],)
+        general = registry.REGISTRY.for_direction(direction)[0].name
+        assert "only the depthwise kernel" in registry.REGISTRY.issues(p)[general]
+        single = problem(in_channels=1, out_channels=4).with_direction(direction)
+        assert candidates.kernels_for(single)[-1] == registry.DEPTHWISE_KERNELS[direction]
+        assert len(candidates.kernels_for(single)) > 1

@@ -4,7 +4,7 @@ Geometries cover both addressings: ``FLAT`` (stride 1, rows kept: "same" 3x3, 1x
 H, dilation) and per-pixel (stride 2, rows that shrink), with several pixel tiles per image (partial
 ones included) and several images, groups, 1D, and the data gradient's flipped weight with negative
 padding. 16x16x16 tiles, as in test_kernels.py. Filters of more than one tap run on the repacked weight
-(``plan.WEIGHT_FORMS``), which an in-place update of the weight must renew. Every geometry runs through
+(``cf_plans.WEIGHT_FORMS``), which an in-place update of the weight must renew. Every geometry runs through
 both reduction loops: the register prefetch and the plain loop left to the compiler's pipeliner
 (``PIPELINED``).
 """
@@ -18,7 +18,10 @@ import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
 from conv_core.weight_cache import DerivedWeightCache
-from conv_rdna import candidates, configs, launch, plan
+from conv_rdna import candidates, configs, launch, registry
+from conv_rdna.plans import common
+from conv_rdna.plans import channels_first as cf_plans
+from conv_core.geometry import Geometry
 from test_kernels import DEVICE, SMALL, check, fwd, table
 
 GEOMETRIES = {  # name -> (fields, FLAT)
@@ -70,11 +73,11 @@ def test_data_gradient_runs_as_forward_convolutions_of_dy(name):
     before (a NaN left anywhere fails)."""
     prob = problem(name, "bwd_data")
     p, _, _ = check(prob, "bwd_data_cf")
-    g = plan.Geometry.of(prob)
+    g = Geometry.of(prob)
     phases = min(g.stride[0], g.h) * min(g.stride[1], g.w)
     tapped = 1 if name == "1x1-s2-odd" else phases
-    assert len(p.launches) == len(plan.bwd_data_phases(g, leave_zeros=True)) == tapped
-    assert p.zero == ("out" if tapped < phases else None) and plan.bwd_data_zeros(g) is (tapped < phases)
+    assert len(p.launches) == len(common.bwd_data_phases(g, leave_zeros=True)) == tapped
+    assert p.zero == ("out" if tapped < phases else None) and common.bwd_data_zeros(g) is (tapped < phases)
     assert [dict(launch.constexprs)["DENSE_Y"] for launch in p.launches] == [g.stride == (1, 1)] * len(p.launches)
 
 
@@ -82,12 +85,12 @@ def test_data_gradient_runs_as_forward_convolutions_of_dy(name):
 def test_repacked_weight_only_with_taps_and_never_stale(direction, monkeypatch):
     cache = DerivedWeightCache(max_entries=8)
     monkeypatch.setattr(launch, "PACKED_WEIGHTS", cache)
-    kernel = plan.CHANNELS_FIRST_KERNELS[direction]
+    kernel = registry.CHANNELS_FIRST_KERNELS[direction]
     one_tap = problem("1x1-relu", direction)
-    assert plan.make_plan(one_tap, kernel, SMALL, table()).weight_form == ""
+    assert registry.make_plan(one_tap, kernel, SMALL, table()).weight_form == ""
     prob = problem("asym-h-dil2-g2", direction)
     p, (a, w, *rest), out = check(prob, kernel)
-    assert p.weight_form == plan.WEIGHT_FORMS[direction == "bwd_data"] and cache.misses == 1
+    assert p.weight_form == cf_plans.WEIGHT_FORMS[direction == "bwd_data"] and cache.misses == 1
     assert torch.equal(launch.run(prob, p, a, w, *rest), out) and cache.hits == 1
     w.mul_(-0.5)  # in place: the version moves, the copy is made again
     assert compare(prob, launch.run(prob, p, a, w, *rest), (a, w, *rest)).ok and cache.misses == 2
@@ -97,7 +100,7 @@ def test_data_gradient_with_more_padding_than_the_filter_reaches():
     """pad > dil*(R-1): the equivalent forward convolution has negative padding."""
     p = fwd(dtype="float32", layout="channels_first", in_channels=3, out_channels=4, input_size=(5, 6),
             filter_size=(1, 2), padding=((2, 1), (1, 3))).with_direction("bwd_data")
-    assert plan.bwd_data_phases(plan.Geometry.of(p))[0].geometry.pad == (-2, 0)
+    assert common.bwd_data_phases(Geometry.of(p))[0].geometry.pad == (-2, 0)
     check(p, "bwd_data_cf")
 
 
@@ -117,22 +120,22 @@ def test_weight_gradient(name, splits):
 @pytest.mark.parametrize("name", GEOMETRIES)
 def test_pipelined_loop(name, direction, monkeypatch):
     """The plain loop computes what the prefetch loop does: every geometry forced through it."""
-    monkeypatch.setattr(plan, "pipelined_pixels", lambda tab, g, every_tap: True)
-    p, _, _ = check(problem(name, direction), plan.CHANNELS_FIRST_KERNELS[direction], tab=table(3))
+    monkeypatch.setattr(cf_plans, "pipelined_pixels", lambda tab, g, every_tap: True)
+    p, _, _ = check(problem(name, direction), registry.CHANNELS_FIRST_KERNELS[direction], tab=table(3))
     assert dict(p.launches[0].constexprs)["PIPELINED"]
 
 
 def test_pipelined_where_the_architecture_copies_and_the_compiler_sees_aligned_pixels():
     def geometry(size, taps):
-        return plan.Geometry.of(fwd(layout="channels_first", in_channels=8, out_channels=8, input_size=(size, size),
+        return Geometry.of(fwd(layout="channels_first", in_channels=8, out_channels=8, input_size=(size, size),
                                     filter_size=taps, padding=taps // 2))
 
     hopper, rdna = configs.table("sm_90"), configs.table("gfx1100")
-    assert plan.pipelined_pixels(hopper, geometry(56, 1), every_tap=False)  # 3136 pixels: 16 x 196
-    assert not plan.pipelined_pixels(hopper, geometry(14, 1), every_tap=True)  # 196: the compiler sees 4, not 16
-    assert not plan.pipelined_pixels(rdna, geometry(56, 1), every_tap=True)  # no asynchronous copies
-    assert plan.pipelined_pixels(hopper, geometry(56, 3), every_tap=True)
-    assert not plan.pipelined_pixels(hopper, geometry(56, 3), every_tap=False)  # shifted taps: the input is not
+    assert cf_plans.pipelined_pixels(hopper, geometry(56, 1), every_tap=False)  # 3136 pixels: 16 x 196
+    assert not cf_plans.pipelined_pixels(hopper, geometry(14, 1), every_tap=True)  # 196: the compiler sees 4, not 16
+    assert not cf_plans.pipelined_pixels(rdna, geometry(56, 1), every_tap=True)  # no asynchronous copies
+    assert cf_plans.pipelined_pixels(hopper, geometry(56, 3), every_tap=True)
+    assert not cf_plans.pipelined_pixels(hopper, geometry(56, 3), every_tap=False)  # shifted taps: the input is not
 
 
 def test_weight_gradient_float32():
@@ -153,7 +156,7 @@ def test_offered_for_channels_first_only_and_data_gradients_with_phases():
     assert "bwd_data_cf" not in kernels(lone_pixel.with_direction("bwd_data"))
     last = problem("same3x3-bias-gelu", "fwd").replace(layout="channels_last")
     for direction in ("fwd", "bwd_data", "bwd_weight"):
-        assert not set(kernels(last.with_direction(direction))) & set(plan.CHANNELS_FIRST_KERNELS.values())
+        assert not set(kernels(last.with_direction(direction))) & set(registry.CHANNELS_FIRST_KERNELS.values())
 
 
 def test_the_tables_configuration_runs():

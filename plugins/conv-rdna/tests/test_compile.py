@@ -16,7 +16,7 @@ import re
 
 import pytest
 from conv_core.aot import compile_in_subprocess
-from conv_rdna import aot, configs, plan
+from conv_rdna import aot, configs, registry
 
 JOBS = aot.jobs()
 
@@ -38,7 +38,7 @@ def test_every_shipped_configuration_is_compiled():
     """The job list covers each configuration each compile target's table can choose, for every kernel."""
     for target in aot.TARGETS:
         tab = configs.table(target)
-        for kernel, family in plan.KERNELS.items():
+        for kernel, family in ((e.name, e.family) for e in registry.REGISTRY):
             shipped = {c.name for c in tab.configs(family)}
             compiled = {job.config for job in JOBS if job.target == target and job.kernel == kernel}
             assert shipped == compiled, (target, kernel)
@@ -89,7 +89,7 @@ def test_channels_first_kernels_are_compiled_in_both_loops_on_hopper(compiled):
     (aot.PIPELINED_SHAPE; the weight gradient also on ``mid``) and with its register prefetch."""
     loops = {(r["job"]["kernel"], r["pipelined"]) for r in compiled.values()
              if r.get("ok") and r["job"]["target"] == "sm_90" and r["job"]["launch"] == 0}
-    assert {(kernel, pipelined) for kernel in plan.CHANNELS_FIRST_KERNELS.values()
+    assert {(kernel, pipelined) for kernel in registry.CHANNELS_FIRST_KERNELS.values()
             for pipelined in (True, False)} <= loops
 
 

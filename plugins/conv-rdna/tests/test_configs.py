@@ -9,7 +9,9 @@ import pytest
 import torch
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
-from conv_rdna import candidates, configs, plan
+from conv_core.sweep import layer_key
+from conv_rdna import candidates, configs, registry
+from conv_core.kit.declines import INT32_ELEMENTS
 
 TABLES = configs.table_names()
 GPU_TABLES = [name for name in TABLES if name != configs.INTERPRETER]
@@ -49,10 +51,10 @@ def depthwise_sweep(direction: str):
 def test_table_is_well_formed(name):
     tab = configs.table(name)
     assert isinstance(tab.measured, bool)
-    assert set(tab.families) == set(configs.FAMILIES)
+    assert set(tab.families) == set(registry.FAMILIES)
     for family, buckets in tab.families.items():
         assert buckets and buckets[-1].when == {}, f"{name}.{family}: the last bucket must catch everything"
-    for kernel in plan.KERNELS:
+    for kernel in registry.REGISTRY.names:
         assert 0 < tab.efficiency[kernel]["compute"] <= 1 and 0 < tab.efficiency[kernel]["memory"] <= 1
     assert 0 < tab.efficiency["channels_first_factor"] <= 1
     assert tab.split.target_programs >= 1 and tab.split.max_split >= 1 and tab.split.min_blocks_per_split >= 1
@@ -64,7 +66,7 @@ def test_shared_memory_of_every_configuration_fits(name):
     limit = configs.shared_memory_limit(name)
     assert limit and limit > 0
     tab = configs.table(name)
-    for family in configs.FAMILIES:
+    for family in registry.FAMILIES:
         for config, dtypes in configs.reachable_dtypes(tab, family).items():
             for dtype in dtypes:
                 assert config.shared_bytes(dtype) <= limit, (name, family, config.name, dtype)
@@ -82,7 +84,7 @@ def test_limits_come_from_conv_core():
     assert configs.shared_memory_limit(configs.INTERPRETER) is None
 
 
-@pytest.mark.parametrize("family", configs.FAMILIES)
+@pytest.mark.parametrize("family", registry.FAMILIES)
 @pytest.mark.parametrize("name", TABLES)
 def test_every_bucket_is_chosen_by_some_problem(name, family):
     tab = dataclasses.replace(configs.table(name), layers={})  # the buckets alone: no swept layer to find
@@ -115,7 +117,7 @@ def test_exact_layer_entry_wins_over_buckets():
     problem = ConvProblem("fwd", 8, 64, 64, (28, 28), 3, 1, 1, 1, dtype="float16", arch="gfx1100")
     special = configs.TileConfig(32, 32, 32, 4, 4, 2)
     tab = configs.table("gfx1100")
-    tab = dataclasses.replace(tab, layers={"implicit_gemm": {configs.layer_key(problem): special}})
+    tab = dataclasses.replace(tab, layers={"implicit_gemm": {layer_key(problem): special}})
     assert configs.select(tab, "implicit_gemm", problem) == special
     assert configs.select(tab, "implicit_gemm", problem.replace(batch=4)) == special  # the same layer (same_layer)
     assert configs.select(tab, "implicit_gemm", problem.replace(in_channels=128)) != special
@@ -160,11 +162,11 @@ def test_split_rule_bounds(name):
     for batch, size, channels in ((1, 7, 512), (8, 56, 64), (64, 112, 3), (256, 224, 3)):
         problem = ConvProblem("fwd", batch, channels, channels, (size, size), 3, 1, 1, 1, dtype="float16",
                               arch=name).with_direction("bwd_weight")
-        splits = configs.split_count(tab, problem, config, plan.INT32_ELEMENTS)
+        splits = configs.split_count(tab, problem, config, INT32_ELEMENTS)
         blocks = -(-batch * size * size // config.block_k)
         assert 1 <= splits <= tab.split.max_split
         assert splits == 1 or blocks // splits >= tab.split.min_blocks_per_split
-        assert splits * channels * channels * 9 <= plan.INT32_ELEMENTS
+        assert splits * channels * channels * 9 <= INT32_ELEMENTS
 
 
 def test_sweep_marks_only_its_own_families_measured():
@@ -173,7 +175,7 @@ def test_sweep_marks_only_its_own_families_measured():
     tab = configs.table("sm_90")
     swept = configs._swept("sm_90")
     assert swept["measured"] and swept["device"].startswith("NVIDIA H100")
-    for family in configs.FAMILIES:
+    for family in registry.FAMILIES:
         assert tab.is_measured(family) == (family in swept["layers"])
 
 

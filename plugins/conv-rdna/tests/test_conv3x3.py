@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 from conv_core.problem import ConvProblem
-from conv_rdna import candidates, plan
+from conv_rdna import candidates
+from conv_rdna.plans import implicit_gemm as ig_plans
 from test_kernels import LAYOUTS
 from test_kernels import check as check_kernel
 
@@ -72,6 +73,6 @@ def test_bfloat16_under_the_interpreter(direction):
 ])
 def test_offered_for_3x3_filters_only(p, offered, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # CPU candidates, also in a CUDA run of this file
-    assert plan.three_by_three(p) == offered
+    assert ig_plans.three_by_three(p) == offered
     kernels = [c.kernel for c in candidates.candidates(p.replace(arch="cpu"), torch.device("cpu"))]
     assert ("conv3x3" in kernels) == offered, kernels

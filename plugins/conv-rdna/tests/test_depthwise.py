@@ -22,7 +22,12 @@ import torch
 from conv_core.candidate import Candidate
 from conv_core.problem import ConvProblem
 from conv_core.reference import random_operands
-from conv_rdna import candidates, configs, launch, plan
+from conv_rdna import candidates, configs, launch, registry
+from conv_rdna.plans import depthwise as dw_plans
+from conv_rdna.plans import common
+from conv_core.kit import declines
+from conv_core.kit.declines import interpreting
+from conv_core.geometry import Geometry
 from test_kernels import check as check_kernel
 
 DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
@@ -45,7 +50,7 @@ def table(splits: int | None = None) -> configs.ArchTable:
 
 def check(problem: ConvProblem, config: configs.StencilConfig | None = None, tab=None, seed: int = 0):
     """Run the depthwise kernel of the problem's direction into a NaN-poisoned ``out``; compare."""
-    kernel = candidates.DEPTHWISE[problem.direction]
+    kernel = registry.DEPTHWISE_KERNELS[problem.direction]
     if config is None:
         big = math.prod(problem.filter_size) > 25
         config = (PIXELS_7X7 if big else PIXELS) if problem.direction != "bwd_weight" else (TAPS_7X7 if big else TAPS)
@@ -134,9 +139,9 @@ def test_sliding_is_planned_where_it_applies():
     for name, fields in GEOMETRIES.items():
         forward = depthwise(**fields)
         for problem in (forward, forward.with_direction("bwd_data")):
-            kernel = candidates.DEPTHWISE[problem.direction]
-            const = dict(plan.make_plan(problem, kernel, PIXELS, table()).launches[0].constexprs)
-            g = plan.Geometry.of(problem)
+            kernel = registry.DEPTHWISE_KERNELS[problem.direction]
+            const = dict(registry.make_plan(problem, kernel, PIXELS, table()).launches[0].constexprs)
+            g = Geometry.of(problem)
             slides = g.stride[1] == 1 and g.dil[1] == 1 and (problem.direction == "fwd" or g.stride[0] == 1)
             assert const["SLIDE"] == (4 if slides else 1), (name, problem.direction)
             # a block that cannot slide is half as wide (its slots would otherwise hold 4 accumulators)
@@ -152,7 +157,7 @@ def test_forward_epilogue(name):
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_weight"])
 def test_bfloat16_under_the_interpreter(direction):
     """No dot here: only the store needs the interpreter workaround (bf16 rounded, not truncated)."""
-    assert plan.interpreting() == (DEVICE == "cpu")
+    assert interpreting() == (DEVICE == "cpu")
     problem = depthwise(dtype="bfloat16", layout="channels_last", **GEOMETRIES["3x3-s2-asym"])
     if direction == "fwd":
         problem = problem.replace(bias=True, activation="gelu")
@@ -201,12 +206,12 @@ def test_the_tables_configurations():
                         padding=2, bias=True, activation="silu")
     for direction in ("fwd", "bwd_data", "bwd_weight"):
         q = problem.with_direction(direction)
-        check(q, configs.select(table(), candidates.DEPTHWISE[direction], q))
+        check(q, configs.select(table(), registry.DEPTHWISE_KERNELS[direction], q))
 
 
 def test_strided_out_and_operands_in_the_other_layout():
     problem = depthwise(dtype="float32", layout="channels_last", **GEOMETRIES["3x3-s2-asym"], bias=True)
-    p = plan.make_plan(problem, "depthwise_fwd", PIXELS, table())
+    p = registry.make_plan(problem, "depthwise_fwd", PIXELS, table())
     x, w, bias = random_operands(problem, DEVICE, 3)
     expected = launch.run(problem, p, x, w, bias)
     big = torch.full((problem.batch, problem.out_channels, 2 * problem.output_size[0], problem.output_size[1]),
@@ -228,26 +233,26 @@ def hook_problem(direction="fwd", arch="cpu", **fields) -> ConvProblem:
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_weight"])
 def test_only_the_depthwise_kernel_is_offered_for_depthwise_problems(direction, monkeypatch):
-    monkeypatch.setattr(plan, "interpreting", lambda: True)  # CPU candidates, also in the CUDA run of this file
+    monkeypatch.setattr(declines, "interpreting", lambda: True)  # CPU candidates, also in the CUDA run of this file
     for p in (hook_problem(direction), hook_problem(direction, out_channels=16, stride=2),
               hook_problem(direction, input_size=(30,), filter_size=7, padding=3)):
         (candidate,) = candidates.candidates(p, CPU)
-        assert isinstance(candidate, Candidate) and candidate.kernel == candidates.DEPTHWISE[direction]
+        assert isinstance(candidate, Candidate) and candidate.kernel == registry.DEPTHWISE_KERNELS[direction]
         assert "deterministic" in candidate.tags and "atomics" not in candidate.tags
         assert ("needs_workspace" in candidate.tags) == (candidate.workspace_bytes > 0)
 
 
 def test_single_input_channel_gets_the_general_kernels_too(monkeypatch):
-    monkeypatch.setattr(plan, "interpreting", lambda: True)  # CPU candidates, also in the CUDA run of this file
+    monkeypatch.setattr(declines, "interpreting", lambda: True)  # CPU candidates, also in the CUDA run of this file
     p = hook_problem(in_channels=1, out_channels=4, groups=1)
     kernels = [c.kernel for c in candidates.candidates(p, CPU)]
     assert "implicit_gemm" in kernels and kernels[-1] == "depthwise_fwd"
 
 
 def test_why_the_depthwise_kernels_do_not_apply():
-    assert candidates.depthwise_issue(hook_problem()) is None
-    assert "groups=4 != in_channels=8" in candidates.depthwise_issue(hook_problem(groups=4))
-    assert "1D/2D only" in candidates.depthwise_issue(hook_problem(input_size=(5, 5, 5)))
+    assert registry.depthwise_issue(hook_problem()) is None
+    assert "groups=4 != in_channels=8" in registry.depthwise_issue(hook_problem(groups=4))
+    assert "1D/2D only" in registry.depthwise_issue(hook_problem(input_size=(5, 5, 5)))
     grouped = hook_problem(groups=4)
     assert "depthwise_fwd" not in candidates.kernels_for(grouped)
 
@@ -258,7 +263,7 @@ def test_general_kernels_would_be_far_slower_by_their_own_estimate():
                          filter_size=7, padding=3, dtype="bfloat16", layout="channels_last")
     tab = configs.table("sm_90")
     (dw,) = candidates.candidates(layer, CUDA)
-    general = plan.make_plan(layer, "implicit_gemm", configs.select(tab, "implicit_gemm", layer), tab)
+    general = registry.make_plan(layer, "implicit_gemm", configs.select(tab, "implicit_gemm", layer), tab)
     assert candidates.estimate(layer, general, tab, False) > 10 * dw.estimate_us
     from conv_core.estimate import roofline_us
 
@@ -278,7 +283,7 @@ def test_tables_pick_layout_specific_tiles():
     assert configs.select(tab, "depthwise_bwd_weight", seven).block_t == 64
     assert configs.select(tab, "depthwise_bwd_weight", three).block_t == 16
     for name in configs.table_names():
-        for kernel in plan.DEPTHWISE_KERNELS:
+        for kernel in registry.DEPTHWISE_KERNELS.values():
             assert 0 < configs.table(name).efficiency[kernel]["channels_first"] <= 1
         assert configs.table(name).depthwise_split is not None
 
@@ -288,13 +293,13 @@ def test_tables_pick_layout_specific_tiles():
     ((4, 32), (14, 14), (8, 16)), ((4, 32), (3, 100), (4, 32)), ((8, 8), (1, 1), (1, 1)),
 ])
 def test_pixel_blocks_take_the_image_shape(block, image, fitted):
-    assert plan.fit_pixel_block(*block, *image) == fitted
+    assert dw_plans.fit_pixel_block(*block, *image) == fitted
 
 
 def test_pixel_alignment_hint():
     """NHWC rows of 72 channels are 8-element aligned (Triton alone would only see 'not divisible by 16')."""
-    nhwc = plan.strides_nchw((2, 72, 9, 9), "channels_last")
-    assert plan.pixel_alignment(nhwc) == 8
-    assert plan.pixel_alignment(plan.strides_nchw((2, 64, 9, 9), "channels_last")) == 16
-    assert plan.pixel_alignment(plan.strides_nchw((2, 72, 9, 9), "channels_first")) == 1
-    assert plan.pixel_alignment(plan.strides_nchw((2, 24, 30), "channels_last")) == 8  # 1D: height stride 0
+    nhwc = common.strides_nchw((2, 72, 9, 9), "channels_last")
+    assert dw_plans.pixel_alignment(nhwc) == 8
+    assert dw_plans.pixel_alignment(common.strides_nchw((2, 64, 9, 9), "channels_last")) == 16
+    assert dw_plans.pixel_alignment(common.strides_nchw((2, 72, 9, 9), "channels_first")) == 1
+    assert dw_plans.pixel_alignment(common.strides_nchw((2, 24, 30), "channels_last")) == 8  # 1D: height stride 0

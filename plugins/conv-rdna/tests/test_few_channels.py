@@ -15,7 +15,11 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
-from conv_rdna import candidates, configs, launch, plan
+from conv_rdna import candidates, configs, launch, registry
+from conv_rdna.plans import few_channels as fc_plans
+from conv_rdna.plans import common
+from conv_core.kit.declines import interpreting
+from conv_core.geometry import Geometry
 
 DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
 LAYOUTS = ("channels_first", "channels_last")
@@ -32,10 +36,10 @@ def fwd(**fields) -> ConvProblem:
     return ConvProblem(**{**base, **fields})
 
 
-def check(problem: ConvProblem, kernel: str, config: configs.TileConfig, seed: int = 0) -> plan.Plan:
+def check(problem: ConvProblem, kernel: str, config: configs.TileConfig, seed: int = 0) -> common.Plan:
     """Run ``kernel`` on random operands into a NaN-poisoned ``out``; compare with the reference."""
     assert kernel in candidates.kernels_for(problem), f"{kernel} is not offered for {problem.key}"
-    p = plan.make_plan(problem, kernel, config, configs.table(configs.INTERPRETER))
+    p = registry.make_plan(problem, kernel, config, configs.table(configs.INTERPRETER))
     operands = random_operands(problem, DEVICE, seed)
     out = problem.empty_result(DEVICE).fill_(math.nan)
     assert launch.run(problem, p, *operands, out=out) is out
@@ -73,10 +77,10 @@ def test_few_channels_in(cin, dtype, layout):
 def test_few_cin_outer_steps_of_the_stem():
     """The stem: 7 filter rows of 21 (s, c) lanes in NHWC, 3 channels of 49 taps in NCHW; 4 -> 512 3x3 (36
     lanes) at 32-lane chunks: one step."""
-    g = plan.Geometry.of(STEM)
-    assert plan.few_cin_outer_steps(g, "channels_last", 32) == 7
-    assert plan.few_cin_outer_steps(g, "channels_first", 32) == 3
-    assert plan.few_cin_outer_steps(plan.Geometry.of(VAE_IN), "channels_first", 32) == 1
+    g = Geometry.of(STEM)
+    assert fc_plans.few_cin_outer_steps(g, "channels_last", 32) == 7
+    assert fc_plans.few_cin_outer_steps(g, "channels_first", 32) == 3
+    assert fc_plans.few_cin_outer_steps(Geometry.of(VAE_IN), "channels_first", 32) == 1
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -129,7 +133,7 @@ def test_few_channels_out_conv1d_and_1x1(layout):
 @pytest.mark.parametrize("kernel, fields", [("few_channels_in", FEW_IN[3]), ("few_channels_out", FEW_OUT[3])])
 def test_bfloat16_under_the_interpreter(kernel, fields):
     """bf16 operands are upcast before tl.dot and rounded (not truncated) on store when interpreted."""
-    assert plan.interpreting() == (DEVICE == "cpu")
+    assert interpreting() == (DEVICE == "cpu")
     tiles = IN_TILES if kernel.endswith("in") else OUT_TILES
     check(fwd(dtype="bfloat16", layout="channels_last", **fields), kernel, tiles)
 
@@ -140,7 +144,8 @@ def test_bfloat16_under_the_interpreter(kernel, fields):
 ])
 def test_with_the_tables_configuration(kernel, fields):
     problem = fwd(dtype="float16", layout="channels_last", bias=True, activation="silu", **fields)
-    check(problem, kernel, configs.select(configs.table(configs.INTERPRETER), plan.KERNELS[kernel], problem))
+    check(problem, kernel, configs.select(configs.table(configs.INTERPRETER), registry.REGISTRY.family_of(kernel),
+                                          problem))
 
 
 # ---- where they are offered --------------------------------------------------------------------------------
@@ -189,13 +194,13 @@ def test_offered_only_for_the_problems_they_serve(problem, few):
 
 
 def test_image_output_tile():
-    g = plan.Geometry.of(IMAGE_OUT)
-    assert plan.few_cout_tile(g, 512) == (16, 32, 14, 30)  # 666 tiles, 82% of the slots are outputs
-    assert plan.few_cout_tile(g, 256) == (16, 16, 14, 14)
+    g = Geometry.of(IMAGE_OUT)
+    assert fc_plans.few_cout_tile(g, 512) == (16, 32, 14, 30)  # 666 tiles, 82% of the slots are outputs
+    assert fc_plans.few_cout_tile(g, 256) == (16, 16, 14, 14)
     conv1d = ConvProblem("fwd", 1, 128, 3, (1000,), 3, 1, 1, 1)
-    assert plan.few_cout_tile(plan.Geometry.of(conv1d), 256) == (1, 256, 1, 254)
-    stride2 = plan.Geometry.of(IMAGE_OUT.replace(stride=2))
-    assert plan.few_cout_tile(stride2, 256)[2:] == (7, 7)
+    assert fc_plans.few_cout_tile(Geometry.of(conv1d), 256) == (1, 256, 1, 254)
+    stride2 = Geometry.of(IMAGE_OUT.replace(stride=2))
+    assert fc_plans.few_cout_tile(stride2, 256)[2:] == (7, 7)
 
 
 def test_every_few_channels_out_configuration_runs_what_it_is_offered():
@@ -204,7 +209,8 @@ def test_every_few_channels_out_configuration_runs_what_it_is_offered():
     for name in configs.table_names():
         for family in ("few_channels_out", "few_channels_in_bwd_data"):
             for config in configs.table(name).configs(family):
-                assert config.block_m >= plan.FEW_COUT_MIN_BLOCK_M and config.block_n >= plan.FEW_COUT_MIN_BLOCK_N, name
+                assert config.block_m >= fc_plans.FEW_COUT_MIN_BLOCK_M, name
+                assert config.block_n >= fc_plans.FEW_COUT_MIN_BLOCK_N, name
 
 
 # ---- configurations and estimates on the H100 ---------------------------------------------------------------
@@ -218,9 +224,9 @@ def test_h100_configurations():
     assert swept is not None and configs.select(tab, "few_channels_in", STEM) == swept
     image = configs.select(tab, "few_channels_out", IMAGE_OUT)
     assert (image.block_m, image.block_n) == (256, 32)
-    p = plan.make_plan(IMAGE_OUT, "few_channels_out", image, tab)
+    p = registry.make_plan(IMAGE_OUT, "few_channels_out", image, tab)
     assert p.launches[0].grid == (37 * 37, 1, 1)  # 16x16 input tiles, 14x14 outputs each
-    utilization, reads = plan.few_cout_work(IMAGE_OUT, image)
+    utilization, reads = fc_plans.few_cout_work(IMAGE_OUT, image)
     assert reads == 1 and 0.6 < utilization < 0.65  # 27/32 columns x 196/256 slots
 
 

@@ -17,7 +17,13 @@ import torch
 from conv_core.arch import device_arch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
-from conv_rdna import candidates, configs, launch, plan
+from conv_rdna import candidates, configs, launch, registry
+from conv_rdna.plans import few_channels as fc_plans
+from conv_rdna.plans import common
+from conv_rdna.plans import col2im as col2im_plans
+from conv_core.kit.declines import interpreting
+from conv_core.kit.declines import INT32_ELEMENTS
+from conv_core.geometry import Geometry
 from test_few_channels import IMAGE_OUT, STEM, VAE_IN
 from test_kernels import DEVICE, LAYOUTS, fwd, table
 from test_kernels import check as check_kernel
@@ -103,7 +109,7 @@ def test_weight_gradient_splits_are_deterministic(kernel, fields, splits):
     """Ranges of whole 16-pixel blocks (the last one ragged), one float32 workspace slice each, summed in order."""
     problem = bwd("bwd_weight", "float32", **fields)
     p, operands, out = check(problem, kernel, SMALL, splits=splits)
-    g = plan.Geometry.of(problem)
+    g = Geometry.of(problem)
     pixels = g.batch * (g.h * g.w if "out" in kernel else g.p * g.q)
     per_split = dict(p.launches[0].scalars)["PIX_PER_SPLIT"]
     assert p.split == splits and pixels % per_split != 0 and per_split % SMALL.block_k == 0
@@ -158,11 +164,11 @@ def test_stride_phases_of_the_stem():
     """7x7 at stride 2, padding 3: phase (a, b) of dx takes the taps of parity ``(a + 3) mod 2``, 4 or 3 per
     axis, flipped; it writes every second pixel from (a, b); every pixel of dx belongs to exactly one phase."""
     problem = STEM.with_direction("bwd_data")
-    phases = plan.bwd_data_phases(plan.Geometry.of(problem))
+    phases = common.bwd_data_phases(Geometry.of(problem))
     assert [(ph.first, ph.tap0, (ph.geometry.r, ph.geometry.s)) for ph in phases] == [
         ((0, 0), (1, 1), (3, 3)), ((0, 1), (1, 0), (3, 4)), ((1, 0), (0, 1), (4, 3)), ((1, 1), (0, 0), (4, 4))]
     assert sum(ph.geometry.p * ph.geometry.q for ph in phases) == 224 * 224
-    runs = plan.forward_runs(problem)
+    runs = fc_plans.forward_runs(problem)
     syh, syw = 224 * 3, 3  # channels-last dx
     assert [run.output["Y_OFF"] for run in runs] == [0, syw, syh, syh + syw]
     assert {(run.output["syh"], run.output["syw"]) for run in runs} == {(2 * syh, 2 * syw)}
@@ -205,7 +211,7 @@ def test_col2im_data_gradient(name, dtype, layout):
     problem = bwd("bwd_data", dtype, layout, **COL2IM[name])
     p, _, _ = check(problem, "col2im_bwd_data", SMALL)
     assert [launch.kernel.__name__ for launch in p.launches] == ["conv_gemm1x1", "conv_col2im"]
-    g = plan.Geometry.of(problem)
+    g = Geometry.of(problem)
     assert p.workspace_elements == g.batch * g.p * g.q * problem.in_channels * g.r * g.s  # Z of the whole batch
 
 
@@ -220,9 +226,9 @@ def test_col2im_groups_1d_and_chunks_of_images(layout, monkeypatch):
     check(bwd("bwd_data", "float16", layout, in_channels=3, out_channels=8, input_size=(29,), filter_size=5,
               stride=2, padding=((3, 1),)), "col2im_bwd_data", SMALL)
     problem = bwd("bwd_data", "float16", layout, batch=3, **COL2IM["stem-mini"])
-    g = plan.Geometry.of(problem)
+    g = Geometry.of(problem)
     one_image = g.p * g.q * problem.in_channels * g.r * g.s
-    monkeypatch.setattr(plan, "COL2IM_WORKSPACE_BYTES", 4 * one_image)
+    monkeypatch.setattr(col2im_plans, "COL2IM_WORKSPACE_BYTES", 4 * one_image)
     p, _, _ = check(problem, "col2im_bwd_data", SMALL)
     assert len(p.launches) == 6 and p.workspace_elements == one_image and p.workspace_fills == 3
     assert [dict(launch.scalars)["N0"] for launch in p.launches[1::2]] == [0, 1, 2]
@@ -240,14 +246,15 @@ BF16 = [("few_channels_in_bwd_weight", "bwd_weight", FEW_IN["stem-mini"], SMALL)
 @pytest.mark.parametrize("kernel, direction, fields, tiles", BF16)
 def test_bfloat16_under_the_interpreter(kernel, direction, fields, tiles):
     """bf16 operands are upcast before tl.dot and rounded (not truncated) on store when interpreted."""
-    assert plan.interpreting() == (DEVICE == "cpu")
+    assert interpreting() == (DEVICE == "cpu")
     check(bwd(direction, "bfloat16", **fields), kernel, tiles, splits=2)
 
 
 @pytest.mark.parametrize("kernel, direction, fields, tiles", BF16)
 def test_with_the_tables_configuration(kernel, direction, fields, tiles):
     problem = bwd(direction, "float16", "channels_first", **fields)
-    check(problem, kernel, configs.select(configs.table(configs.INTERPRETER), plan.KERNELS[kernel], problem))
+    check(problem, kernel, configs.select(configs.table(configs.INTERPRETER), registry.REGISTRY.family_of(kernel),
+                                          problem))
 
 
 # ---- where they are offered ---------------------------------------------------------------------------------------
@@ -257,7 +264,7 @@ def test_strided_data_gradients_run_per_phase():
     """At stride 2 the data gradient of few output channels runs one launch per phase; where a phase cannot be
     a forward convolution (dilated and strided, or a stride past the filter: a phase with no tap) only the
     phased general kernel is offered. That of few input channels runs at stride 1 only (its shift-and-add bounds
-    it on the stem's phases: see plan.few_channels_kernels); at any stride they have ``col2im_bwd_data``,
+    it on the stem's phases: see fc_plans.few_channels_kernels); at any stride they have ``col2im_bwd_data``,
     which also fills the pixels no tap reaches (a stride past the filter) with zeros."""
     strided = IMAGE_OUT.replace(stride=2).with_direction("bwd_data")
     for layout in LAYOUTS:
@@ -278,7 +285,7 @@ def test_weight_gradient_split_rule():
     for problem, kernel in ((STEM, "few_channels_in_bwd_weight"), (IMAGE_OUT, "few_channels_out_bwd_weight")):
         problem = problem.with_direction("bwd_weight")
         config = configs.select(tab, kernel, problem)
-        splits = configs.split_count(tab, problem, config, plan.INT32_ELEMENTS, family=kernel)
+        splits = configs.split_count(tab, problem, config, INT32_ELEMENTS, family=kernel)
         assert tab.split.max_split < splits <= tab.few_channels_split.max_split
         view = configs.gemm_view(problem, kernel)
         tiles = math.ceil(view["m"] / config.block_m) * math.ceil(view["n"] / config.block_n)
@@ -311,7 +318,7 @@ def test_h100_configurations():
     assert (stem.block_m, stem.block_n) == (64, 64)  # the 64 output channels x 3 tiles of the 147 columns
     image = configs.select(tab, "few_channels_out_bwd_weight", IMAGE_OUT.with_direction("bwd_weight"))
     assert (image.block_m, image.block_n) == (64, 128)  # 27 rows (wgmma wants 64), every input channel
-    p = plan.make_plan(IMAGE_OUT.with_direction("bwd_weight"), "few_channels_out_bwd_weight", image, tab)
+    p = registry.make_plan(IMAGE_OUT.with_direction("bwd_weight"), "few_channels_out_bwd_weight", image, tab)
     assert p.launches[0].grid[:2] == (1, 1) and p.split > 32
 
 

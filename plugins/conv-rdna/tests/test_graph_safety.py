@@ -18,7 +18,7 @@ from conv_core.candidate import Candidate
 from conv_core.launch_site import LaunchSite
 from conv_core.problem import ConvProblem
 from conv_core.reference import random_operands
-from conv_rdna import candidates, plan
+from conv_rdna import candidates, registry
 from torch.utils._python_dispatch import TorchDispatchMode
 
 CPU = torch.device("cpu")
@@ -113,4 +113,4 @@ def test_the_recorder_sees_a_copy_and_a_synchronisation():
 
 def test_every_kernel_is_covered():
     seen = {c.kernel_id.split(":")[1] for problem in PROBLEMS.values() for c in _candidates(problem)}
-    assert seen == set(plan.KERNELS)
+    assert seen == set(registry.REGISTRY.names)

@@ -15,7 +15,8 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
-from conv_rdna import configs, launch, plan
+from conv_rdna import configs, launch, registry
+from conv_core.kit.declines import interpreting
 
 DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
 SMALL = configs.TileConfig(16, 16, 16, 2, 4, 1)
@@ -32,7 +33,7 @@ def table(splits: int | None = None) -> configs.ArchTable:
 
 def check(problem: ConvProblem, kernel: str, config: configs.TileConfig = SMALL, tab=None, seed: int = 0):
     """Run ``kernel`` on random operands into a NaN-poisoned ``out``; compare with the reference."""
-    p = plan.make_plan(problem, kernel, config, tab or table())
+    p = registry.make_plan(problem, kernel, config, tab or table())
     operands = random_operands(problem, DEVICE, seed)
     out = problem.empty_result(DEVICE).fill_(math.nan)
     assert launch.run(problem, p, *operands, out=out) is out
@@ -73,7 +74,7 @@ def test_implicit_gemm(name, dtype, layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_implicit_gemm_bfloat16_under_the_interpreter(layout):
     """bf16 operands are upcast before tl.dot and rounded (not truncated) on store when interpreted."""
-    assert plan.interpreting() == (DEVICE == "cpu")
+    assert interpreting() == (DEVICE == "cpu")
     check(fwd(dtype="bfloat16", layout=layout, **FORWARD["c5k3-s2-asym-relu"]), "implicit_gemm")
 
 
@@ -173,7 +174,7 @@ def test_bwd_weight_more_splits_than_blocks_are_dropped():
 
 def test_strided_out_and_operands_in_the_other_layout():
     problem = fwd(dtype="float32", layout="channels_last", **FORWARD["c5k3-s2-asym-relu"])
-    p = plan.make_plan(problem, "implicit_gemm", SMALL, table())
+    p = registry.make_plan(problem, "implicit_gemm", SMALL, table())
     x, w, bias = random_operands(problem, DEVICE, 3)
     expected = launch.run(problem, p, x, w, bias)
     x_cf, w_cf = x.contiguous(), w.contiguous()  # channels-first copies of channels-last operands

@@ -1,4 +1,4 @@
-"""The weight gradients' pixel decoding (``kernels.common.divide`` with ``plan.divisor``'s magic numbers)
+"""The weight gradients' pixel decoding (``kernels.common.divide`` with ``common.divisor``'s magic numbers)
 against integer division, on the host's arithmetic and in an interpreted kernel.
 
 The kernels divide flat pixel indices by ``Q`` and ``P`` with a multiply-high and a shift; a wrong magic
@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 from conv_rdna.kernels.common import divide, pixel_coords
-from conv_rdna.plan import divisor
+from conv_rdna.plans.common import divisor
 
 DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
 DIVISORS = sorted({1, 3, 7, 49, 56, 196, 3136, 12544, 50176, 2**31 - 1}

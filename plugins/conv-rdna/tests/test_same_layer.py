@@ -7,7 +7,7 @@ from conv_core import suites
 from conv_core.problem import ConvProblem
 from conv_core.sweep import layer_key
 from conv_core.kit import same_layer
-from conv_rdna import candidates, configs, plan
+from conv_rdna import candidates, configs, registry
 
 LAYER = ConvProblem("fwd", 32, 64, 64, (56, 56), 3, 1, 1, 1, dtype="bfloat16", layout="channels_last", arch="sm_90")
 
@@ -53,11 +53,11 @@ def test_resnet50_keeps_swept_configurations(direction, other):
         moved = problem.replace(batch=other.get("batch", problem.batch),
                                 input_size=tuple(round(s * scale) for s in problem.input_size))
         for kernel in candidates.kernels_for(problem):
-            entries = tab.layers.get(plan.KERNELS[kernel], {})
+            entries = tab.layers.get(registry.REGISTRY.family_of(kernel), {})
             if layer_key(problem) in entries:
                 swept = {config for key, config in entries.items()
                          if ConvProblem.from_key(f"{key} sm_90").replace(batch=32, input_size=problem.input_size)
                          == problem}
-                assert configs.select(tab, plan.KERNELS[kernel], moved) in swept, (kernel, moved.key)
+                assert configs.select(tab, registry.REGISTRY.family_of(kernel), moved) in swept, (kernel, moved.key)
                 checked += 1
     assert checked >= 20

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from conv_core.aot import DIVISIBLE
 from conv_core.problem import ConvProblem
-from conv_rdna import candidates, configs, plan, specialization
+from conv_rdna import candidates, configs, registry, specialization
 from conv_rdna.kernels.common import SIZES, unspecialized
 from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import BaseBackend
@@ -44,8 +44,8 @@ def _keys(problem: ConvProblem, config_of: ConvProblem) -> dict[str, tuple]:
     """Each kernel's launch keys for ``problem``, with the configuration the table picks for ``config_of``."""
     keys = {}
     for kernel in candidates.kernels_for(config_of):
-        config = configs.select(TAB, plan.KERNELS[kernel], config_of)
-        keys[kernel] = specialization.plan_keys(problem, plan.make_plan(problem, kernel, config, TAB))
+        config = configs.select(TAB, registry.REGISTRY.family_of(kernel), config_of)
+        keys[kernel] = specialization.plan_keys(problem, registry.make_plan(problem, kernel, config, TAB))
     return keys
 
 
@@ -122,8 +122,8 @@ def _jit_specialization(kernel, values: dict) -> dict:
 def test_the_compile_checks_specialise_integers_as_the_jit_does(layer, direction, layout):
     problem = _problem(layer, direction, layout, 1, 7)  # ones and odd sizes: the JIT's special cases
     for kernel in candidates.kernels_for(problem):
-        config = configs.select(TAB, plan.KERNELS[kernel], problem)
-        for launch in plan.make_plan(problem, kernel, config, TAB).launches:
+        config = configs.select(TAB, registry.REGISTRY.family_of(kernel), problem)
+        for launch in registry.make_plan(problem, kernel, config, TAB).launches:
             signature, constexprs, attrs = specialization.of_launch(launch, specialization.role_dtypes(problem))
             names = launch.kernel.arg_names
             for name, (kind, how) in _jit_specialization(launch.kernel, dict(launch.scalars)).items():
@@ -139,8 +139,9 @@ def test_every_size_argument_is_left_unspecialised():
     kernels = {launch.kernel for problem in [_problem(layer, d, layout, 2, 9) for layer in LAYERS for d in DIRECTIONS
                                              for layout in ("channels_last", "channels_first")]
                for kernel in candidates.kernels_for(problem)
-               for launch in plan.make_plan(problem, kernel, configs.select(TAB, plan.KERNELS[kernel], problem),
-                                            TAB).launches}
+               for launch in registry.make_plan(problem, kernel,
+                                                configs.select(TAB, registry.REGISTRY.family_of(kernel), problem),
+                                                TAB).launches}
     for kernel in kernels:
         assert unspecialized(kernel) == SIZES & set(kernel.arg_names), kernel.__name__
     assert set().union(*(set(kernel.arg_names) for kernel in kernels)) >= SIZES
@@ -148,7 +149,7 @@ def test_every_size_argument_is_left_unspecialised():
 
 def test_unspecialised_ones_are_arguments_not_constants():
     """Batch 1 and a one-pixel-high image: the JIT would have compiled both in as constants."""
-    launch = plan.make_plan(p := _problem("3x3", "fwd", "channels_last", 1, 1), "implicit_gemm",
+    launch = registry.make_plan(p := _problem("3x3", "fwd", "channels_last", 1, 1), "implicit_gemm",
                             configs.select(TAB, "implicit_gemm", p), TAB).launches[0]
     signature, constexprs, _ = specialization.of_launch(launch, specialization.role_dtypes(p))
     assert signature["BATCH"] == signature["H"] == "i32" and "BATCH" not in constexprs

@@ -11,7 +11,10 @@ from conv_core.problem import ConvProblem
 from conv_core.sweep import layer_key
 from conv_core.suites import available_suites, load_suite
 from conv_core.weight_cache import DerivedWeightCache
-from conv_rdna import aot, candidates, configs, launch, plan, sweep, winograd
+from conv_rdna import aot, candidates, configs, launch, registry, sweep
+from conv_rdna.plans import winograd
+from conv_rdna.plans import few_channels as fc_plans
+from conv_core.kit.declines import interpreting
 
 FAST = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
 SLOW = {**FAST, "num_warps": 4}
@@ -28,7 +31,7 @@ NEW_FAMILIES = ("few_channels_in", "few_channels_out", "depthwise_fwd", "depthwi
 
 #: The tests that time kernels on CPU tensors: only under the interpreter (CI; conftest.py switches it on).
 #: A CUDA run of this file (``CONV_RDNA_TEST_DEVICE=cuda``) compiles the kernels, which cannot take CPU tensors.
-on_the_cpu = pytest.mark.skipif(not plan.interpreting(), reason="times kernels on CPU tensors: needs the interpreter")
+on_the_cpu = pytest.mark.skipif(not interpreting(), reason="times kernels on CPU tensors: needs the interpreter")
 
 
 def row(family, layer, kernel, raw, us, error=None):
@@ -66,7 +69,7 @@ def test_every_swept_configuration_is_valid_and_fits():
     for arch in ("sm_90",):
         limit = configs.shared_memory_limit(arch)
         for family, entries in sweep.sweep_space(arch).items():
-            assert family in configs.FAMILIES
+            assert family in registry.FAMILIES
             for raw in entries:
                 config = sweep.parse_config(family, raw)
                 assert isinstance(config, configs.CONFIG_TYPES.get(family, configs.TileConfig))
@@ -83,7 +86,8 @@ def test_the_new_families_have_hopper_configurations():
             if family not in configs.DEPTHWISE_FAMILIES:
                 assert config.num_warps % 4 == 0 and config.block_m >= 64, (family, config)
             if family in ("few_channels_out", "few_channels_in_bwd_data"):  # the same kernel
-                assert config.block_m >= plan.FEW_COUT_MIN_BLOCK_M and config.block_n >= plan.FEW_COUT_MIN_BLOCK_N
+                assert config.block_m >= fc_plans.FEW_COUT_MIN_BLOCK_M
+                assert config.block_n >= fc_plans.FEW_COUT_MIN_BLOCK_N
     assert sweep.space_configs("gfx1100", "winograd") == []  # no space: nothing, not an error
 
 
@@ -91,10 +95,10 @@ def test_the_compile_check_covers_the_space():
     """``python -m conv_rdna.aot --sweep-space`` compiles each configuration of the space in both layouts (the
     depthwise ones on every depthwise geometry), and each job finds its configuration."""
     jobs = aot.space_jobs(("sm_90",))
-    for kernel, family in plan.KERNELS.items():
+    for kernel, family in ((e.name, e.family) for e in registry.REGISTRY):
         for config in sweep.space_configs("sm_90", family):
             mine = [j for j in jobs if j.kernel == kernel and j.config == config.name]
-            shapes = aot.DEPTHWISE_SHAPES if kernel in plan.DEPTHWISE_KERNELS else ("mid",)
+            shapes = aot.DEPTHWISE_SHAPES if kernel in registry.DEPTHWISE_KERNELS.values() else ("mid",)
             offered = {(layout, shape) for layout in ("channels_last", "channels_first") for shape in shapes
                        if aot.representative_problem(kernel, "bfloat16", layout, "sm_90", shape) is not None}
             assert offered and {(j.layout, j.shape) for j in mine} == offered, (kernel, config.name)
@@ -118,8 +122,8 @@ def families_by_suite(selection: dict, directions=("fwd", "bwd_data", "bwd_weigh
             if candidates.decline_reason(p, CUDA) is not None:
                 continue
             for kernel in candidates.kernels_for(p):
-                if plan.KERNELS[kernel] in families:
-                    found.setdefault(plan.KERNELS[kernel], set()).add(spec.split(":")[0])
+                if registry.REGISTRY.family_of(kernel) in families:
+                    found.setdefault(registry.REGISTRY.family_of(kernel), set()).add(spec.split(":")[0])
     return found
 
 
@@ -170,7 +174,7 @@ def test_each_new_family_is_gated_and_timed(family):
     """Every configuration of the family's space passes the reference gate on a tiny problem and gets a time;
     the other families the problem has kernels for are left out."""
     p = TINY[family]
-    assert family in {plan.KERNELS[k] for k in candidates.kernels_for(p)}
+    assert family in {registry.REGISTRY.family_of(k) for k in candidates.kernels_for(p)}
     rows = core_sweep.sweep_problem(sweep.RdnaSpace(SPACE), p, CPU, frozenset({family}), reps=1)
     assert [r["raw"] for r in rows] == SPACE[family]
     for r in rows:

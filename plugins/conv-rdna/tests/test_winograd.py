@@ -18,9 +18,12 @@ from conv_core.candidate import Declined
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, needed_error_factor, random_operands
 from conv_core.weight_cache import DerivedWeightCache
-from conv_rdna import candidates, configs, plan, winograd
+from conv_rdna import candidates, configs, registry
 from conv_rdna.kernels import winograd as wk
-from conv_rdna.launch import launch_all
+from conv_core.kit.launch import launch_all
+from conv_rdna.plans import winograd
+from conv_rdna.plans import common
+from conv_core.kit.declines import interpreting
 from winograd_testing import DEVICE, Declared, kit_checks, matrix, table
 
 KERNEL = winograd.KERNEL
@@ -35,9 +38,9 @@ def fwd(**fields) -> ConvProblem:
     return ConvProblem(**{**base, **fields})
 
 
-def make(problem: ConvProblem) -> plan.Plan:
+def make(problem: ConvProblem) -> common.Plan:
     tab = table()
-    return plan.make_plan(problem, KERNEL, configs.select(tab, "winograd", problem), tab)
+    return registry.make_plan(problem, KERNEL, configs.select(tab, "winograd", problem), tab)
 
 
 
@@ -147,7 +150,7 @@ def test_float16_with_float32_output(layout):
 
 def test_bfloat16_under_the_interpreter():
     """bf16: dot operands upcast and stores rounded to nearest even when interpreted; M is stored in bf16."""
-    assert plan.interpreting() == (DEVICE == "cpu")
+    assert interpreting() == (DEVICE == "cpu")
     assert wk.m_dtype("bfloat16") == "bfloat16"
     check(fwd(dtype="bfloat16", bias=True, activation="gelu", input_size=(7, 10), padding=((1, 0), (2, 1))))
 
@@ -289,7 +292,7 @@ def test_experimental_until_the_sweep_has_timed_it(monkeypatch):
     others = tab.measured_families - {"winograd"}
     assert "experimental" in wino_tags(others)
     assert "experimental" not in wino_tags(others | {"winograd"})
-    if plan.interpreting():
+    if interpreting():
         assert "experimental" not in wino_tags(others, CPU) and "interpreted" in wino_tags(others, CPU)
     else:  # a CUDA run: the CPU device is declined (nothing to interpret there)
         assert all(isinstance(c, Declined) for c in candidates.candidates(problem, CPU))

@@ -17,10 +17,14 @@ import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, needed_error_factor, random_operands
 from conv_core.kit import same_layer
-from conv_rdna import candidates, configs, plan, winograd, winograd_bwd_weight
+from conv_rdna import candidates, configs, launch, registry
 from conv_rdna.kernels import winograd as wk
 from conv_rdna.kernels import winograd_bwd_weight as wbk
-from conv_rdna.launch import launch_all
+from conv_core.kit.launch import launch_all
+from conv_rdna.plans import winograd_bwd_weight
+from conv_rdna.plans import winograd
+from conv_rdna.plans import common
+from conv_core.kit.declines import INT32_ELEMENTS
 from winograd_testing import DEVICE, Declared, kit_checks, matrix, table
 
 KERNEL = winograd_bwd_weight.KERNEL
@@ -37,19 +41,19 @@ def wgrad(**fields) -> ConvProblem:
 
 
 def make(problem: ConvProblem, config: configs.TileConfig | None = None, tab: configs.ArchTable | None = None
-         ) -> plan.Plan:
+         ) -> common.Plan:
     tab = tab or table()
-    return plan.make_plan(problem, KERNEL, config or configs.select(tab, FAMILY, problem), tab)
+    return registry.make_plan(problem, KERNEL, config or configs.select(tab, FAMILY, problem), tab)
 
 
 
 def check(problem: ConvProblem, config: configs.TileConfig | None = None, tab: configs.ArchTable | None = None
-          ) -> plan.Plan:
+          ) -> common.Plan:
     """Run on random operands into a NaN-poisoned ``out``; compare with the declared error factor."""
     p = make(problem, config, tab)
     operands = random_operands(problem, DEVICE, 0)
     out = problem.empty_result(DEVICE).fill_(math.nan)
-    assert winograd_bwd_weight.run(problem, p, *operands, out=out) is out
+    assert launch.run(problem, p, *operands, out=out) is out
     result = compare(problem, out, operands, Declared(winograd_bwd_weight.error_factor(problem)))
     assert result.ok, result.message
     return p
@@ -158,11 +162,11 @@ def test_strided_out_and_operands_in_the_other_layout():
     problem = wgrad(dtype="float32", layout="channels_last", input_size=(6, 7))
     p = make(problem)
     x, dy = random_operands(problem, DEVICE, 3)[:2]
-    expected = winograd_bwd_weight.run(problem, p, x, dy)
+    expected = launch.run(problem, p, x, dy)
     k, c = problem.out_channels, problem.in_channels
     big = torch.full((k, c, 6, 3), math.nan, device=DEVICE)
     out = big[:, :, ::2]  # dense in no layout
-    assert winograd_bwd_weight.run(problem, p, x.contiguous(), dy.contiguous(), out=out) is out
+    assert launch.run(problem, p, x.contiguous(), dy.contiguous(), out=out) is out
     assert torch.equal(out, expected)
     assert torch.isnan(big[:, :, 1::2]).all()
 
@@ -182,7 +186,7 @@ def test_error_factor(dtype):
     seeds); seeds 0-3 are re-measured here and must need no more than the record."""
     problem = wgrad(dtype=dtype, **ERROR_PROBLEM)
     assert winograd_bwd_weight.tiles(problem)[2] == winograd_bwd_weight.MIN_TILES
-    run = functools.partial(winograd_bwd_weight.run, problem, make(problem))
+    run = functools.partial(launch.run, problem, make(problem))
     worst, raw = needed_error_factor(problem, run, DEVICE, range(4))
     print(f"{dtype}: needed error factor {worst:.3f}, max |err| / (u_in absref) {raw:.3f}")
     recorded = winograd_bwd_weight.MEASURED_ERROR_FACTOR[dtype]
@@ -221,7 +225,7 @@ def test_candidate_metadata(monkeypatch):
     assert ("experimental" in wino.tags) == (not configs.table("sm_90").is_measured(FAMILY))
     tab = configs.table("sm_90")
     config = configs.select(tab, FAMILY, problem)
-    split = configs.split_count(tab, problem, config, plan.INT32_ELEMENTS, FAMILY)
+    split = configs.split_count(tab, problem, config, INT32_ELEMENTS, FAMILY)
     t = winograd_bwd_weight.tiles(problem)[2]
     # 36 points x 8 tiles of 128 x 64 channels: 288 programs a split, 2 splits for the rule's 528 programs.
     assert t == 8 * 14 * 14 and split == 2

@@ -88,3 +88,18 @@ def compile_in_subprocess(module: str, out: Path, timeout_s: float) -> list[dict
     if not path.exists():
         raise RuntimeError(f"{module} wrote no results (exit {done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(path.read_text())
+
+
+def distinct(jobs: Sequence, key: Callable[[object], object]) -> tuple[list, dict[str, int]]:
+    """The first job of each distinct ``key(job)`` (a target and a launch's specialization: what one compile
+    produces), in order, and how many jobs and distinct compiles there were (``{"jobs": n, "compiles": m}``):
+    jobs that compile the same code share one compile."""
+    found: dict = {}
+    for job in jobs:
+        found.setdefault(key(job), job)
+    return list(found.values()), {"jobs": len(jobs), "compiles": len(found)}
+
+
+def compile_failure(result: dict) -> list[str]:
+    """The one issue of a job that did not compile (``ok`` false: its ``error``), else none."""
+    return [] if result.get("ok") else [f"did not compile: {result.get('error')}"]

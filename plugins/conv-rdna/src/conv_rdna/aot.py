@@ -4,7 +4,7 @@
 kernel specialization the configuration tables can launch (:func:`jobs`), for RDNA3 (gfx1100), RDNA4
 (gfx1201) and Hopper (sm_90), and reports what the assembly shows: the matrix instructions used
 (``v_wmma*`` / ``wgmma`` / ``mma.sync``), registers, spills, scratch and shared memory against the
-architecture's limit (``conv_core.arch.spec``). The launch arguments come from :mod:`conv_rdna.plan`,
+architecture's limit (``conv_core.arch.spec``). The launch arguments come from :mod:`conv_rdna.plans`,
 exactly as at run time, on a representative problem per kernel.
 
 Each configuration is compiled for every input dtype whose problems can reach it (the buckets'
@@ -26,11 +26,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from conv_core.aot import compile_all, ptxas_stats
+from conv_core.aot import compile_all, compile_failure, distinct, ptxas_stats
 from conv_core.arch import spec
+from conv_core.kit.declines import interpreting
+from conv_core.kit.launch import Launch
 from conv_core.problem import ConvProblem
 
-from . import configs, plan, specialization, sweep, winograd, winograd_bwd_weight
+from . import configs, specialization, sweep
+from .plans import few_channels, implicit_gemm, winograd, winograd_bwd_weight
+from .registry import CHANNELS_FIRST, DEPTHWISE, REGISTRY, make_plan, names
 
 #: Compile targets: arch name -> (Triton backend, arch, warp size).
 TARGETS = {
@@ -55,7 +59,7 @@ NARROW_PATTERNS = {
 PIXEL_VECTOR_SHAPE = "1x1-14x14"
 PIXEL_VECTOR_ACCESSES = {"hip": ("load",), "cuda": ("load", "store")}
 #: The edge shape on which the channels-first forward takes its pipelined loop where the architecture has
-#: asynchronous copies (``plan.pipelined_pixels``: a 1x1 layer of 256 pixels an image); on the ``mid``
+#: asynchronous copies (``plans.channels_first.pipelined_pixels``: a 1x1 layer of 256 pixels an image); on the ``mid``
 #: geometry only the weight gradient does.
 PIPELINED_SHAPE = "1x1-16x16"
 #: A global-to-shared asynchronous copy in NVIDIA PTX: a launch that takes the pipelined loop must issue them.
@@ -101,10 +105,10 @@ EDGE_SHAPES = {"conv1d": ("float16", "channels_last"), "conv1d-wide": ("bfloat16
                PIXEL_VECTOR_SHAPE: ("bfloat16", "channels_first"), "3x3-s2": ("bfloat16", "channels_first"),
                PIPELINED_SHAPE: ("bfloat16", "channels_first")}
 #: The kernels whose tile rows are channels-first pixels (``PIX_VEC``).
-PIXEL_VECTOR_KERNELS = ("gemm1x1", *plan.CHANNELS_FIRST_KERNELS.values())
+PIXEL_VECTOR_KERNELS = ("gemm1x1", *names(CHANNELS_FIRST))
 #: Edge shapes compiled for some kernels only.
-SHAPE_KERNELS = {PIXEL_VECTOR_SHAPE: PIXEL_VECTOR_KERNELS, "3x3-s2": tuple(plan.CHANNELS_FIRST_KERNELS.values()),
-                 PIPELINED_SHAPE: tuple(plan.CHANNELS_FIRST_KERNELS.values())}
+SHAPE_KERNELS = {PIXEL_VECTOR_SHAPE: PIXEL_VECTOR_KERNELS, "3x3-s2": names(CHANNELS_FIRST),
+                 PIPELINED_SHAPE: names(CHANNELS_FIRST)}
 
 #: Kernels whose plans run several kernels around one matrix multiply: the name of each launch (in job
 #: ids) and the index of the matrix multiply (the launch that must use the matrix units).
@@ -120,7 +124,7 @@ class Job:
     """One kernel specialization to compile for one target."""
 
     target: str
-    kernel: str  # candidate kernel (plan.KERNELS key)
+    kernel: str  # candidate kernel (a registry name)
     config: str  # TileConfig.name
     dtype: str
     layout: str
@@ -146,7 +150,7 @@ class Job:
 
         Not the depthwise kernels: one input channel per output channel leaves no reduction across
         channels, so they are FMA stencils by design and no matrix instruction is expected."""
-        if self.kernel in plan.DEPTHWISE_KERNELS:
+        if self.kernel in names(DEPTHWISE):
             return False
         matrix = self.kernel in LATER_LAUNCHES or self.launch == MATRIX_LAUNCH.get(self.kernel, 0)
         return matrix and self.dtype != "float32"
@@ -164,10 +168,10 @@ FORWARD_KERNELS = ("implicit_gemm", "conv3x3", "gemm1x1", "depthwise_fwd", "impl
 def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shape: str = "mid") -> ConvProblem | None:
     """The problem of geometry ``shape`` in the kernel's direction (forward: with bias and gelu);
     None if the kernel does not apply (``gemm1x1`` takes the geometry with a 1x1 filter, stride 1)."""
-    depthwise = kernel in plan.DEPTHWISE_KERNELS
+    depthwise = kernel in names(DEPTHWISE)
     if shape.startswith("dw") and not depthwise:
         return None
-    channels_first = kernel in plan.CHANNELS_FIRST_KERNELS.values()
+    channels_first = kernel in names(CHANNELS_FIRST)
     if channels_first and layout != "channels_first":  # offered for channels-first problems only
         return None
     if shape.startswith("wino") and kernel not in LAUNCH_NAMES:
@@ -184,7 +188,7 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
             return None
         fields.update(filter_size=1, stride=1, padding=0)
     problem = ConvProblem("fwd", **{"stride": 1, "padding": 0, "dilation": 1, **fields})
-    if kernel == "conv3x3" and not plan.three_by_three(problem):
+    if kernel == "conv3x3" and not implicit_gemm.three_by_three(problem):
         return None
     if kernel == winograd.KERNEL:  # only the geometries it is offered for
         return problem.replace(bias=True, activation="gelu") if winograd.applies(problem) else None
@@ -194,7 +198,7 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     if kernel in FORWARD_KERNELS:  # without bias on the pixel-vector shape, whose check counts narrow loads
         return problem.replace(bias=shape != PIXEL_VECTOR_SHAPE, activation="gelu")
     problem = problem.with_direction("bwd_data" if "bwd_data" in kernel else "bwd_weight")
-    if kernel in FEW_CHANNELS and kernel not in plan.few_channels_kernels(problem):  # stride-2 data gradients
+    if kernel in FEW_CHANNELS and kernel not in few_channels.few_channels_kernels(problem):  # stride-2 data gradients
         return None
     return problem
 
@@ -202,33 +206,47 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
 def _depthwise_shapes(target: str, tab: configs.ArchTable, kernel: str, config, dtype: str, layout: str) -> list:
     """The :data:`DEPTHWISE_SHAPES` on which the table picks ``config``; for a configuration only an exact
     layer picks (a sweep winner: the swept layers are ConvNeXt's 7x7 ones), the 7x7 geometry."""
+    family = REGISTRY.family_of(kernel)
     shapes = [shape for shape in DEPTHWISE_SHAPES
-              if configs.select(tab, plan.KERNELS[kernel], representative_problem(kernel, dtype, layout, target, shape))
-              == config]
-    exact = config in tab.layers.get(plan.KERNELS[kernel], {}).values()
+              if configs.select(tab, family, representative_problem(kernel, dtype, layout, target, shape)) == config]
+    exact = config in tab.layers.get(family, {}).values()
     return shapes or (["dw7x7"] if exact else [])
 
 
 def jobs(targets=tuple(TARGETS)) -> list[Job]:
-    """Every distinct specialization the tables of ``targets`` ship: each configuration of each kernel, for
-    every input dtype that can reach it and both layouts (register use differs most between layouts), on the
-    ``mid`` geometry; plus each kernel on the edge geometries (:data:`SHAPES`)."""
-    found: dict[tuple, Job] = {}
+    """Every distinct specialization the tables of ``targets`` ship (:func:`specialized_jobs`, each compiled
+    once: the first job of each)."""
+    return distinct_jobs(targets)[0]
+
+
+def distinct_jobs(targets=tuple(TARGETS)) -> tuple[list[Job], dict[str, int]]:
+    """:func:`jobs`, and how many launches the job list had before launches that specialise identically (same
+    target, kernel, signature, constexprs, attributes and options: one compiled kernel) were merged."""
+    kept, counts = distinct(specialized_jobs(targets), key=lambda pair: pair[0])
+    return [job for _, job in kept], counts
+
+
+def specialized_jobs(targets=tuple(TARGETS)) -> list[tuple[tuple, Job]]:
+    """``((target, specialization key), job)`` of every launch the tables of ``targets`` ship: each
+    configuration of each kernel of the registry, for every input dtype that can reach it and both layouts
+    (register use differs most between layouts), on the ``mid`` geometry; plus each kernel on the edge
+    geometries (:data:`SHAPES`)."""
+    found: list[tuple[tuple, Job]] = []
 
     def add(target, tab, kernel, config, problem, shape):
-        keys = specialization.plan_keys(problem, plan.make_plan(problem, kernel, config, tab))
+        keys = specialization.plan_keys(problem, make_plan(problem, kernel, config, tab))
         for index, key in enumerate(keys):
-            found.setdefault((target, key), Job(target, kernel, config.name, problem.dtype, problem.layout, index,
-                                                shape))
+            found.append(((target, key), Job(target, kernel, config.name, problem.dtype, problem.layout, index,
+                                             shape)))
 
     for target in targets:
         tab = configs.table(target)
-        for kernel, family in plan.KERNELS.items():
+        for kernel, family in ((e.name, e.family) for e in REGISTRY):
             for config, dtypes in configs.reachable_dtypes(tab, family).items():
                 for dtype in dtypes:
                     for layout in ("channels_last", "channels_first"):
                         shapes = ["mid"]
-                        if kernel in plan.DEPTHWISE_KERNELS:  # none: never chosen for this dtype and layout
+                        if kernel in names(DEPTHWISE):  # none: never chosen for this dtype and layout
                             shapes = _depthwise_shapes(target, tab, kernel, config, dtype, layout)
                         for shape in shapes:
                             problem = representative_problem(kernel, dtype, layout, target, shape)
@@ -238,7 +256,7 @@ def jobs(targets=tuple(TARGETS)) -> list[Job]:
                 problem = representative_problem(kernel, dtype, layout, target, shape)
                 if problem is not None:
                     add(target, tab, kernel, configs.select(tab, family, problem), problem, shape)
-    return list(found.values())
+    return found
 
 
 def space_jobs(targets=tuple(TARGETS), dtypes=("bfloat16",)) -> list[Job]:
@@ -253,8 +271,8 @@ def space_jobs(targets=tuple(TARGETS), dtypes=("bfloat16",)) -> list[Job]:
     """
     found = []
     for target in targets:
-        for kernel, family in plan.KERNELS.items():
-            shapes = DEPTHWISE_SHAPES if kernel in plan.DEPTHWISE_KERNELS else ("mid",)
+        for kernel, family in ((e.name, e.family) for e in REGISTRY):
+            shapes = DEPTHWISE_SHAPES if kernel in names(DEPTHWISE) else ("mid",)
             for config in sweep.space_configs(target, family):
                 for dtype in dtypes:
                     for layout in ("channels_last", "channels_first"):
@@ -270,7 +288,7 @@ def space_jobs(targets=tuple(TARGETS), dtypes=("bfloat16",)) -> list[Job]:
 
 def _find_config(tab: configs.ArchTable, kernel: str, name: str) -> configs.TileConfig:
     """The configuration called ``name``: one the table ships, else one of the sweep space (:func:`space_jobs`)."""
-    family = plan.KERNELS[kernel]
+    family = REGISTRY.family_of(kernel)
     return next(c for c in (*tab.configs(family), *sweep.space_configs(tab.name, family)) if c.name == name)
 
 
@@ -290,7 +308,7 @@ def _ptxas_stats(log: str) -> dict:
     return dict(registers=stats["registers"], sgprs=0, spills=stats["spill_bytes"], scratch_bytes=stats["stack_bytes"])
 
 
-def compile_launch(launch: plan.Launch, dtypes: dict[str, str], target: str):
+def compile_launch(launch: Launch, dtypes: dict[str, str], target: str):
     """Compile one launch for ``target``; return ``(compiled kernel, statistics dict)``."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -325,7 +343,7 @@ def compile_job(job: Job) -> dict:
         tab = configs.table(job.target)
         config = _find_config(tab, job.kernel, job.config)
         problem = representative_problem(job.kernel, job.dtype, job.layout, job.target, job.shape)
-        launch = plan.make_plan(problem, job.kernel, config, tab).launches[job.launch]
+        launch = make_plan(problem, job.kernel, config, tab).launches[job.launch]
         _, stats = compile_launch(launch, specialization.role_dtypes(problem), job.target)
         result.update(ok=True, pipelined=bool(dict(launch.constexprs).get("PIPELINED")),
                       estimated_shared=config.shared_bytes(job.dtype)
@@ -338,9 +356,9 @@ def compile_job(job: Job) -> dict:
 
 def problems_of(result: dict) -> list[str]:
     """What is wrong with a compiled job (empty: nothing)."""
-    if not result.get("ok"):
-        return [f"did not compile: {result.get('error')}"]
-    issues = []
+    issues = compile_failure(result)
+    if issues:
+        return issues
     if result["expects_matrix"] and not result["matrix"]:
         issues.append("no matrix instruction in the assembly")
     if result["spills"] != 0:
@@ -371,10 +389,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="compile the offline sweep's configurations (data/sweep_space.json) instead of the "
                              "tables' (bf16, both layouts)")
     args = parser.parse_args(argv)
-    if plan.interpreting():
+    if interpreting():
         parser.error("unset TRITON_INTERPRET: the compile checks need Triton's compiler, not its interpreter")
-    results = compile_all(compile_job, (space_jobs if args.sweep_space else jobs)(tuple(args.target or TARGETS)),
-                          args.jobs)
+    targets = tuple(args.target or TARGETS)
+    if args.sweep_space:
+        todo = space_jobs(targets)
+    else:
+        todo, counts = distinct_jobs(targets)
+        print(f"{counts['jobs']} launches, {counts['compiles']} distinct specializations compiled", file=sys.stderr)
+    results = compile_all(compile_job, todo, args.jobs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=0)

@@ -27,17 +27,16 @@ A bucket's ``when`` may bound the family's GEMM view of the problem (:func:`gemm
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from dataclasses import dataclass
-from importlib import resources
 
-from conv_core.arch import spec
-from conv_core.problem import ConvProblem, element_size
-from conv_core.sweep import layer_key, read_swept
+from conv_core.arch import known_architectures, spec
+from conv_core.kit.tables import Bucket, PackageData, distinct_configs, read_buckets
+from conv_core.kit.tables import select as select_config
+from conv_core.problem import ConvProblem, dtype_name, element_size
+from conv_core.sweep import read_swept
 
-from conv_core.kit import same_layer
 from .kernels.winograd import POINTS_N
 
 #: Depthwise stencil families (``groups == in_channels``): :class:`StencilConfig` entries, not GEMM tiles.
@@ -47,26 +46,8 @@ DEPTHWISE_FAMILIES = ("depthwise_fwd", "depthwise_bwd_data", "depthwise_bwd_weig
 #: a program owns every tap, so their reductions are split by the table's ``few_channels_split`` rule.
 FEW_CHANNELS_BWD_WEIGHT_FAMILIES = ("few_channels_in_bwd_weight", "few_channels_out_bwd_weight")
 
-#: Families for few input / output channels per group (:mod:`conv_rdna.kernels.few_channels`: the forward
-#: kernels, which also run the stride-1 data gradients; :mod:`conv_rdna.kernels.few_channels_bwd`). Named
-#: after the layer: ``few_channels_in_bwd_data`` is the data gradient of a layer with few input channels.
-FEW_CHANNELS_FAMILIES = ("few_channels_in", "few_channels_out", *FEW_CHANNELS_BWD_WEIGHT_FAMILIES,
-                         "few_channels_in_bwd_data", "few_channels_out_bwd_data", "col2im_bwd_data")
-
-#: Winograd F(4x4, 3x3): the GEMMs' tiles of the forward and data gradient (:mod:`conv_rdna.winograd`: tiles x
-#: produced x reduced channels) and of the weight gradient (:mod:`conv_rdna.winograd_bwd_weight`: output x input
-#: channels, reduced over tiles).
-WINOGRAD_FAMILIES = ("winograd", "winograd_bwd_weight")
 #: Winograd F(4x4, 3x3)'s transformed points per tile: the batch of its GEMMs.
 WINOGRAD_POINTS = POINTS_N**2
-
-#: Channels-first families (:mod:`conv_rdna.kernels.channels_first`): the forward kernel (which also runs
-#: the stride-1 data gradient) and the weight gradient, tiling the pixels of one image at a time.
-CHANNELS_FIRST_FAMILIES = ("implicit_gemm_cf", "bwd_weight_cf")
-
-#: Kernel families that take tile configurations from the table.
-FAMILIES = (("implicit_gemm", "conv3x3", "gemm1x1", "bwd_data", "bwd_weight") + DEPTHWISE_FAMILIES
-            + FEW_CHANNELS_FAMILIES + WINOGRAD_FAMILIES + CHANNELS_FIRST_FAMILIES)
 
 #: Conditions a bucket may have (``layouts``: the problem's memory layouts it applies to).
 CONDITIONS = ("max_m", "max_n", "max_red", "dtypes", "layouts")
@@ -186,20 +167,6 @@ CONFIG_TYPES = {family: StencilConfig for family in DEPTHWISE_FAMILIES}
 
 
 @dataclass(frozen=True)
-class Bucket:
-    when: dict
-    config: TileConfig | StencilConfig
-
-    def matches(self, view: dict[str, int], dtype: str) -> bool:
-        w = self.when
-        return ((w.get("max_m") is None or view["m"] <= w["max_m"])
-                and (w.get("max_n") is None or view["n"] <= w["max_n"])
-                and (w.get("max_red") is None or view["red"] <= w["max_red"])
-                and (w.get("dtypes") is None or dtype in w["dtypes"])
-                and (w.get("layouts") is None or view.get("layout") in w["layouts"]))
-
-
-@dataclass(frozen=True)
 class SplitRule:
     """How many ranges the weight gradient's reduction is split into (see :func:`split_count`)."""
 
@@ -211,7 +178,7 @@ class SplitRule:
 @dataclass(frozen=True)
 class SumSplits:
     """The tile of ``reduce_splits``: ``BLOCK`` float32 values a step, up to ``SPLIT_ROWS`` splits at once
-    (:func:`conv_rdna.plan.sum_splits_rows`) of ``BLOCK // rows`` elements each, on ``num_warps`` warps."""
+    (:func:`conv_rdna.plans.common.sum_splits_rows`) of ``BLOCK // rows`` elements each, on ``num_warps`` warps."""
 
     BLOCK: int
     SPLIT_ROWS: int
@@ -244,7 +211,7 @@ class ArchTable:
     #: families whose exact-layer configurations were timed on this architecture by the offline sweep
     measured_families: frozenset[str] = frozenset()
     #: whether the channels-first kernels may leave their loads to the compiler's pipeliner, which turns them
-    #: into asynchronous copies (:func:`conv_rdna.plan.pipelined_pixels`)
+    #: into asynchronous copies (:func:`conv_rdna.plans.channels_first.pipelined_pixels`)
     channels_first_async_copies: bool = False
 
     def is_measured(self, family: str) -> bool:
@@ -254,16 +221,28 @@ class ArchTable:
 
     def configs(self, family: str) -> tuple[TileConfig, ...]:
         """Every configuration the table can give ``family``, each once, in table order."""
-        found = [b.config for b in self.families[family]] + list(self.layers.get(family, {}).values())
-        return tuple(dict.fromkeys(found))
+        return distinct_configs(self.families[family], self.layers.get(family, {}))
 
 
 # ---- reading --------------------------------------------------------------------------------------
 
 
-@functools.cache
+#: The package's data: ``configs.json``, the swept winners, the shipped tuning tables.
+DATA = PackageData("conv_rdna", "rdna")
+
+
 def _raw() -> dict:
-    return json.loads(resources.files("conv_rdna").joinpath("data/configs.json").read_text())
+    return DATA.json()
+
+
+def entry_field(name: str, key: str):
+    """``archs.<name>.<key>`` of ``configs.json``, following ``same_as`` until an entry gives it (the raw
+    value: for what the table's checked fields do not hold, e.g. Winograd's transform blocks)."""
+    archs = _raw()["archs"]
+    entry = archs[name]
+    while key not in entry:
+        entry = archs[entry["same_as"]]
+    return entry[key]
 
 
 def table_names() -> tuple[str, ...]:
@@ -279,18 +258,9 @@ def table(name: str) -> ArchTable:
     while "same_as" in entry:  # the base entry, overridden by the keys the derived entry gives
         source = entry.pop("same_as")
         entry = {**archs[source], **entry}
-    families = {}
-    for family in FAMILIES:
-        buckets = []
-        for raw in entry["families"][family]:
-            unknown = set(raw.get("when", {})) - set(CONDITIONS)
-            if unknown:
-                raise ValueError(f"configs.json {source}.{family}: unknown conditions {sorted(unknown)}")
-            config_type = CONFIG_TYPES.get(family, TileConfig)
-            buckets.append(Bucket(raw.get("when", {}), config_type.from_dict(raw["config"])))
-        if not buckets or buckets[-1].when:
-            raise ValueError(f"configs.json {source}.{family}: the last bucket must have no condition")
-        families[family] = tuple(buckets)
+    families = {family: read_buckets(raw, CONFIG_TYPES.get(family, TileConfig).from_dict,
+                                      f"configs.json {source}.{family}", CONDITIONS)
+                for family, raw in entry["families"].items()}
     swept = _swept(name)
     measured = bool(entry["measured"])
     measured_families = frozenset(swept.get("layers", {})) if swept.get("measured") else frozenset()
@@ -312,7 +282,7 @@ def table(name: str) -> ArchTable:
 
 def swept_path(name: str):
     """Where the sweep's measured exact-layer winners for table ``name`` live (``data/swept/<name>.json``)."""
-    return resources.files("conv_rdna").joinpath(f"data/swept/{name}.json")
+    return DATA.swept_path(name)
 
 
 def _swept(name: str) -> dict:
@@ -333,8 +303,6 @@ def shared_memory_limit(name: str) -> int | None:
     The ``default`` table must fit the smallest limit of any architecture conv-core knows (its stand-in
     ``generic`` entry included).
     """
-    from conv_core.arch import known_architectures
-
     if name == INTERPRETER:
         return None
     if name == DEFAULT:
@@ -362,8 +330,6 @@ def reachable_dtypes(tab: ArchTable, family: str) -> dict[TileConfig, list[str]]
 
 def _layer_dtype(key: str) -> str:
     """The input dtype named by an exact-layer key (``ConvProblem.key`` without the arch)."""
-    from conv_core.problem import dtype_name
-
     return dtype_name(key.split()[10].split(".")[0])
 
 
@@ -432,16 +398,9 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
 
 def select(tab: ArchTable, family: str, problem: ConvProblem) -> TileConfig:
     """The configuration for ``problem``: its exact-layer entry, else the same layer's at another batch or image
-    size (:func:`conv_rdna.same_layer.nearest`: no other kernel to compile), else the first matching bucket."""
-    layers = tab.layers.get(family, {})
-    exact = layers.get(layer_key(problem)) or same_layer.nearest(layers, problem)
-    if exact is not None:
-        return exact
-    view = gemm_view(problem, family)
-    for bucket in tab.families[family]:
-        if bucket.matches(view, problem.dtype):
-            return bucket.config
-    raise AssertionError("unreachable: the last bucket matches everything")
+    size (no other kernel to compile), else the first matching bucket (:func:`conv_core.kit.tables.select`)."""
+    return select_config(tab.families[family], tab.layers.get(family, {}), problem,
+                         lambda: gemm_view(problem, family))
 
 
 def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_elements: int,

@@ -1,11 +1,11 @@
-"""Running a :class:`~conv_rdna.plan.Plan` on tensors: the body of every candidate's ``run``.
+"""Running a :class:`~conv_rdna.plans.common.Plan` on tensors: the body of every candidate's ``run``.
 
 The plan was made for dense operands in the problem's layout (what the core hands to ``run``);
 an operand that is not is copied into that layout first, and an ``out`` with other strides gets
 the result through a dense temporary. Scratch memory comes from torch's caching allocator, so a
 run neither synchronises with the host nor allocates differently from one run to the next.
 
-A plan may read the weight repacked (:attr:`~conv_rdna.plan.Plan.weight_form`): the copy is made once per
+A plan may read the weight repacked (:attr:`~conv_rdna.plans.common.Plan.weight_form`): the copy is made once per
 weight, version and form and kept in :data:`PACKED_WEIGHTS`, conv-core's
 :class:`~conv_core.weight_cache.DerivedWeightCache` (never stale after an in-place update; recomputed
 inside a CUDA graph being captured).
@@ -14,15 +14,16 @@ inside a CUDA graph being captured).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 import torch
 from conv_core.geometry import Geometry
-from conv_core.problem import ConvProblem, torch_dtype
+from conv_core.kit.launch import launch_all, workspace
 from conv_core.layout import is_dense_in, to_layout
+from conv_core.problem import ConvProblem
 from conv_core.weight_cache import DerivedWeightCache
 
-from .plan import WEIGHT_FORMS, Launch, Plan
+from .plans.channels_first import WEIGHT_FORMS
+from .plans.common import Plan
 
 #: The process's repacked weights: ``CONV_RDNA_PACKED_CACHE_ENTRIES`` (default 256) of at most
 #: ``CONV_RDNA_PACKED_CACHE_MB`` (default 512) MiB together.
@@ -31,7 +32,7 @@ PACKED_WEIGHTS = DerivedWeightCache(int(os.environ.get("CONV_RDNA_PACKED_CACHE_E
 
 
 def repack(problem: ConvProblem, form: str, w: torch.Tensor) -> torch.Tensor:
-    """``w`` as :data:`~conv_rdna.plan.WEIGHT_FORMS` ``form`` lays it out: ``[R, S, C_G, K]`` with
+    """``w`` as :data:`~conv_rdna.plans.channels_first.WEIGHT_FORMS` ``form`` lays it out: ``[R, S, C_G, K]`` with
     ``[r, s, c, g*K_G + k] = w[g*K_G + k, c, r, s]`` (``"taps_outer"``), or ``[R, S, K_G, C]`` with
     ``[r, s, k, g*C_G + c] = w[g*K_G + k, c, R-1-r, S-1-s]`` (``"taps_outer_flipped"``)."""
     g = Geometry.of(problem)
@@ -59,28 +60,8 @@ def run(problem: ConvProblem, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias
     tensors = {"a": a, "b": b, "out": result}
     if bias is not None:
         tensors["bias"] = bias.contiguous()
-    tensors.update(workspace(plan, a.device))
+    tensors.update(workspace(plan.workspace_elements, plan.workspace_views, a.device))
     if plan.zero:
         tensors[plan.zero].zero_()
     launch_all(plan.launches, tensors, a.device)
     return result
-
-
-def workspace(plan: Plan, device: torch.device) -> dict[str, torch.Tensor]:
-    """The plan's scratch memory (role ``workspace``, float32) and its :attr:`~conv_rdna.plan.Plan.workspace_views`
-    by role; none without a workspace."""
-    if not plan.workspace_elements:
-        return {}
-    scratch = torch.empty(plan.workspace_elements, dtype=torch.float32, device=device)
-    return {"workspace": scratch, **{role: scratch[first:first + words].view(torch_dtype(dtype))
-                                     for role, first, words, dtype in plan.workspace_views}}
-
-
-def launch_all(launches: Sequence[Launch], tensors: dict[str, torch.Tensor], device: torch.device) -> None:
-    """Launch ``launches`` in order on ``device``, their pointers bound to ``tensors`` by role."""
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            launch_all(launches, tensors, device)
-        return
-    for launch in launches:
-        launch.site({name: tensors[role] for name, role in launch.pointers})

@@ -11,11 +11,12 @@ check that a new batch or image size gives no new key.
 from __future__ import annotations
 
 from conv_core.aot import specialize
+from conv_core.kit.launch import Launch
 from conv_core.problem import ConvProblem
 
 from .kernels.common import unspecialized
 from .kernels.winograd import m_dtype as winograd_m_dtype
-from .plan import Launch, Plan
+from .plans.common import Plan
 
 #: Triton's names of the pointer element types.
 TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
@@ -39,10 +40,10 @@ def of_launch(launch: Launch, dtypes: dict[str, str]) -> tuple[dict, dict, dict]
 
 
 def key(launch: Launch, dtypes: dict[str, str]) -> tuple:
-    """What tells one compiled kernel from another: the kernel, its specialization, warps and stages."""
+    """What tells one compiled kernel from another: the kernel, its specialization and compile options."""
     signature, constexprs, attrs = of_launch(launch, dtypes)
     return (launch.name, tuple(signature.items()), tuple(constexprs.items()), tuple(sorted(attrs)),
-            launch.num_warps, launch.num_stages)
+            tuple(sorted(launch.options.items())))
 
 
 def plan_keys(problem: ConvProblem, plan: Plan) -> tuple[tuple, ...]:

@@ -46,17 +46,18 @@ from conv_core import sweep as core_sweep
 from conv_core.problem import ConvProblem
 from conv_core.sweep import Trial
 
-from . import candidates, configs, plan
+from . import candidates, configs
+from .registry import FAMILIES, REGISTRY, SPECIFIC_FAMILIES
 
-#: Families that serve particular layers (few channels in every direction, depthwise, Winograd's 3x3): swept by
-#: default on every suite where such layers occur. The others serve any layer (the general families, as the first
-#: sweep of 2026-11-21 ran them) and are swept by default on its three suites only.
-SPECIFIC_FAMILIES = configs.FEW_CHANNELS_FAMILIES + configs.DEPTHWISE_FAMILIES + configs.WINOGRAD_FAMILIES
+#: Families that serve particular layers (few channels in every direction, depthwise, Winograd's 3x3:
+#: :data:`conv_rdna.registry.SPECIFIC_FAMILIES`) are swept by default on every suite where such layers occur. The
+#: others serve any layer (the general families, as the first sweep of 2026-11-21 ran them) and are swept by
+#: default on its three suites only.
 #: The default ``--suites`` (``name:batch``, the benchmarks' batches) -> the families swept on each.
 DEFAULT_SUITES = {
-    "resnet50:32": configs.FAMILIES,  # the stem 3 -> 64 7x7/2 (few_channels_in[_bwd_weight]), 3x3 layers (winograd)
-    "sd_vae_decoder:1": configs.FAMILIES,  # conv_in 4 -> 512, conv_out 128 -> 3, post_quant_conv 4 -> 4, 3x3
-    "retinanet_head:2": configs.FAMILIES,  # 3x3 towers (winograd); no few-channel or depthwise layer
+    "resnet50:32": FAMILIES,  # the stem 3 -> 64 7x7/2 (few_channels_in[_bwd_weight]), 3x3 layers (winograd)
+    "sd_vae_decoder:1": FAMILIES,  # conv_in 4 -> 512, conv_out 128 -> 3, post_quant_conv 4 -> 4, 3x3
+    "retinanet_head:2": FAMILIES,  # 3x3 towers (winograd); no few-channel or depthwise layer
     "sd_vae_encoder:1": SPECIFIC_FAMILIES,  # conv_in 3 -> 128, conv_out 512 -> 8, quant_conv 8 -> 8, 3x3
     "convnext_block:32": SPECIFIC_FAMILIES,  # depthwise 7x7 at 56..7 (96..768 channels), the stem 3 -> 96 4x4/4
 }
@@ -87,7 +88,7 @@ class RdnaSpace:
     replaces the architecture's ``data/sweep_space.json`` entries, for tests."""
 
     package = "conv_rdna"
-    families = configs.FAMILIES
+    families = FAMILIES
     default_suites = DEFAULT_SUITES
     layouts = ("nhwc", "nchw")
 
@@ -103,8 +104,8 @@ class RdnaSpace:
         limit = configs.shared_memory_limit(tab.name)
         space = self.space if self.space is not None else _space()["archs"].get(tab.name, {})
         trials = []
-        for kernel in candidates.kernels_for(problem):
-            family = plan.KERNELS[kernel]
+        for entry in REGISTRY.applicable(problem):
+            kernel, family = entry.name, entry.family
             if family not in families:
                 continue
             for raw in space.get(family, ()):

@@ -11,5 +11,5 @@
 
 The kernels take every tensor through its strides, so NCHW and NHWC operands are read and written in
 place. Which arguments and constexprs each kernel gets for a problem is decided in one place,
-:mod:`conv_rdna.plan`.
+:mod:`conv_rdna.plans`.
 """

@@ -19,7 +19,8 @@ bounds, which every tap of theirs meets.
 
 The reduction walks a block of ``BLOCK_K`` channels through all the taps before the next block
 (channels outer, taps inner), so consecutive steps read overlapping input rows and the same weight
-rows from L1. Each kernel has two reduction loops (``PIPELINED``, host: ``plan.pipelined_pixels``). Where
+rows from L1. Each kernel has two reduction loops (``PIPELINED``, host:
+``plans.channels_first.pipelined_pixels``). Where
 the pixel loads are aligned vectors the compiler can see (on an architecture with asynchronous copies), the
 plain loop: the compiler's pipeliner turns the loads into copies to shared memory, ``num_stages`` deep.
 Elsewhere (a tap's one-element shift, pixel counts the compiler cannot see are multiples of 16, or no
@@ -30,7 +31,7 @@ are loaded into registers before step ``i``'s matrix multiply, which hides their
 weight is addressed through an offset and four strides (``o``: produced channel, ``i``: reduced
 channel, then the taps), and the result's pixels through an offset and two strides unless it is dense
 (``DENSE_Y``), so the host runs the data gradient through the same kernel, one launch per stride phase
-of ``dx`` (``plan.bwd_data_phases``): each phase is a stride-1 convolution of ``dy`` with the phase's taps
+of ``dx`` (``plans.common.bwd_data_phases``): each phase is a stride-1 convolution of ``dy`` with the phase's taps
 of the weight, transposed (``o`` = input channel, ``i`` = output channel) and flipped, writing every
 stride-th pixel of ``dx`` from the phase's first. A phase without taps (a 1x1 filter at stride 2) has no
 launch: the host zeroes ``dx`` first.

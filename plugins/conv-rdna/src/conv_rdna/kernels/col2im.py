@@ -28,7 +28,7 @@ it takes 570-600 us in NHWC (the GEMM about 270, the gather about 300), level wi
 in NCHW the weight's column order puts a pixel's channels 49 floats apart in ``Z`` and the gather is
 L2-bound (540 us). On the SD-VAE's ``conv_in`` (4 -> 512, 64x64) it is the fastest data gradient in NCHW.
 To bound the workspace the host runs both kernels on chunks of whole images
-(:data:`conv_rdna.plan.COL2IM_WORKSPACE_BYTES` of ``Z`` at most), the chunk's first image given by
+(:data:`conv_rdna.plans.col2im.COL2IM_WORKSPACE_BYTES` of ``Z`` at most), the chunk's first image given by
 ``N0`` here and by the GEMM's ``A_OFF``.
 """
 

@@ -14,7 +14,7 @@ It is still one flat loop, so the compiler software-pipelines it across taps and
 The weight is addressed through an offset and per-axis strides (``o``: produced channel, ``i``: reduced
 channel, then the taps), and the result through an offset and its strides, as :func:`.channels_first.conv_fwd_cf`
 is: the host runs the stride-1 data gradient through this kernel as the forward convolution of ``dy`` with the
-weight transposed and flipped by negative strides (``plan.flipped_weight``), with no copy. Every tensor is
+weight transposed and flipped by negative strides (``plans.common.flipped_weight``), with no copy. Every tensor is
 addressed through its strides (NCHW and NHWC in place); the group is ``program_id(1)``; the epilogue fuses bias,
 activation and the cast.
 """

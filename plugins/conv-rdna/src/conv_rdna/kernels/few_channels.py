@@ -26,7 +26,7 @@ The gather, not the bytes, bounds these layers (Nsight Compute on the stem: 72% 
 so the lanes' arithmetic is kept out of the loop. ``C_G``, ``R`` and ``S`` are constexprs (a division by
 a constant is a multiply and a shift; by a run-time value about 20 instructions), and a long ``k`` is
 walked as ``OUTER`` steps of its leading digit in memory order (the filter row in NHWC, the channel in
-NCHW; :func:`conv_rdna.plan.few_cin_outer_steps`), each over the same lanes of the other two digits
+NCHW; :func:`conv_rdna.plans.few_channels.few_cin_outer_steps`), each over the same lanes of the other two digits
 (``INNER``: the stem's 21 ``(s, c)`` lanes of a filter row, or its 49 ``(r, s)`` taps of a channel). A
 lane's decode and offsets then do not depend on the step: they are computed once per program and a step
 adds one row or channel offset. For the stem that is 7 steps of 32 lanes instead of 5 of 32 (more
@@ -72,7 +72,7 @@ from L2 plus ``Z`` 128 B x 1.3 through shared memory, against 2304 B of input th
 memory for the per-tap implicit GEMM; MMA work 1.6x the useful FLOPs (196 of 256 slots are outputs, 27
 of 32 columns are taps) against 5.3x (3 of 16 columns). The output tile covers the pixels whose whole window lies in the
 input tile: ``TILE_P = (TILE_H - 1 - (R-1)*dil) // stride + 1`` rows by ``TILE_Q`` columns (the host
-picks the tile shape that needs the fewest tiles, :func:`conv_rdna.plan.few_cout_tile`); output slots
+picks the tile shape that needs the fewest tiles, :func:`conv_rdna.plans.few_channels.few_cout_tile`); output slots
 use the input tile's coordinates, so slots outside ``TILE_P x TILE_Q`` are masked. Output channels that
 do not fit ``BLOCK_N // (R*S)`` columns are split into chunks on ``program_id(2)``, each re-reading
 the input (the kernel is offered for at most 8 output channels per group).

@@ -1,7 +1,7 @@
 """Winograd F(4x4, 3x3): a 3x3 / stride-1 convolution as 36 small GEMMs between two transforms.
 
 This module is a tutorial as much as code. The host side (weight cache, plan, launch, estimate, gate)
-is :mod:`conv_rdna.winograd`; the derivation and the error analysis are in ``docs/winograd.md``.
+is :mod:`conv_rdna.plans.winograd`; the derivation and the error analysis are in ``docs/winograd.md``.
 
 1. The algorithm
 ----------------

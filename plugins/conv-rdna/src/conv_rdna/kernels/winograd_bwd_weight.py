@@ -1,7 +1,7 @@
 """Winograd F(4x4, 3x3) for the weight gradient: ``dw`` of a 3x3 / stride-1 layer as 36 GEMMs over tiles.
 
 The forward algorithm and its matrices are explained in :mod:`conv_rdna.kernels.winograd`; the host
-side (gate, plan, estimate) is :mod:`conv_rdna.winograd_bwd_weight`, the derivation and the error
+side (gate, plan, estimate) is :mod:`conv_rdna.plans.winograd_bwd_weight`, the derivation and the error
 analysis ``docs/winograd.md`` ("The weight gradient").
 
 1. The algorithm

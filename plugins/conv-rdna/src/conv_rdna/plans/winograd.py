@@ -38,9 +38,13 @@ from conv_core.problem import ConvProblem, element_size
 from conv_core.layout import is_dense_in, to_layout
 from conv_core.weight_cache import DerivedWeightCache
 
-from . import configs, plan
-from .launch import launch_all, workspace
-from .kernels import winograd as kernels
+from conv_core.geometry import Geometry
+from conv_core.kit.declines import INT32_ELEMENTS, interpreting
+from conv_core.kit.launch import launch_all, make_launch, workspace, workspace_layout
+
+from .. import configs
+from ..kernels import winograd as kernels
+from .common import Plan, cdiv, flipped_weight, forward_weight, named, strides_nchw
 
 #: Candidate kernel (the ``kernel`` part of the id) and its configuration family.
 KERNEL = "winograd_f4x3"
@@ -109,14 +113,14 @@ def workspace_issue(problem: ConvProblem) -> str | None:
     view = forward_view(problem)
     t, c, k = tiles(view)[2], view.in_channels, view.out_channels
     for what, n in (("V", POINTS2 * t * c), ("M", POINTS2 * t * k), ("U", POINTS2 * c * k)):
-        if n > plan.INT32_ELEMENTS:
+        if n > INT32_ELEMENTS:
             return f"the transformed {what} would have {n} elements (32-bit offsets)"
     return None
 
 
 def layer_applies(problem: ConvProblem) -> bool:
     """The gate's conditions on the layer, which the weight gradient's candidate shares
-    (:mod:`conv_rdna.winograd_bwd_weight`): everything but the direction and the workspace."""
+    (:mod:`conv_rdna.plans.winograd_bwd_weight`): everything but the direction and the workspace."""
     return (problem.ndim == 2 and problem.groups == 1
             and problem.filter_size == (3, 3) and problem.stride == (1, 1) and problem.dilation == (1, 1)
             and all(0 <= side <= MAX_PADDING for side in computed_padding(problem))
@@ -140,11 +144,7 @@ def transform_blocks(tab: configs.ArchTable) -> dict:
     """The transform kernels' blocks of the table: ``configs.json`` ``archs.<arch>.winograd_transforms``
     (``same_as`` followed): ``BLOCK_T`` tiles x ``BLOCK_C`` channels per program, ``num_warps``. The
     weight transform takes ``BLOCK_T`` input x ``BLOCK_C`` output channels."""
-    archs = configs._raw()["archs"]
-    entry = archs[tab.name]
-    while "winograd_transforms" not in entry:
-        entry = archs[entry["same_as"]]
-    return entry["winograd_transforms"]
+    return configs.entry_field(tab.name, "winograd_transforms")
 
 
 def float32_words(elements: int, dtype: str) -> int:
@@ -160,27 +160,27 @@ def workspace_parts(problem: ConvProblem) -> tuple[int, int]:
             float32_words(POINTS2 * t * problem.out_channels, kernels.m_dtype(problem.dtype)))
 
 
-def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab: configs.ArchTable) -> plan.Plan:
+def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab: configs.ArchTable) -> Plan:
     """The four launches (:data:`LAUNCHES`) for ``problem``, dense operands in its layout: those of its
     :func:`forward_view`, whose weight transform reads the weight as it is or transposed and flipped."""
     view = forward_view(problem)
-    g = plan.Geometry.of(view)
+    g = Geometry.of(view)
     th, tw, t = tiles(view)
     c, k = g.cin, g.cout
     blocks = transform_blocks(tab)
     bt, bc, warps = blocks["BLOCK_T"], blocks["BLOCK_C"], blocks["num_warps"]
-    interpret = plan.interpreting()
-    sx = plan.strides_nchw(view.input_shape, problem.layout)
-    sy = plan.strides_nchw(view.output_shape, problem.layout)
-    sw = plan.forward_weight(problem) if problem.direction == "fwd" else plan.flipped_weight(problem)
+    interpret = interpreting()
+    sx = strides_nchw(view.input_shape, problem.layout)
+    sy = strides_nchw(view.output_shape, problem.layout)
+    sw = forward_weight(problem) if problem.direction == "fwd" else flipped_weight(problem)
 
-    launch, cdiv = plan.make_launch, plan._cdiv
+    launch = make_launch
     weight = launch(kernels.winograd_weight_transform, (cdiv(k, bc), cdiv(c, bt)), dict(w_ptr="b", u_ptr="u"),
                     dict(C=c, K=k, **{name: sw[name] for name in ("W_OFF", "swo", "swi", "swr", "sws")}),
                     dict(BLOCK_C=bt, BLOCK_K=bc, INTERPRET=interpret), warps)
     inp = launch(kernels.winograd_input_transform, (cdiv(t, bt), cdiv(c, bc)), dict(x_ptr="a", v_ptr="v"),
                  dict(C=c, H=g.h, W=g.w, TILES_H=th, TILES_W=tw, T=t, PAD_H=g.pad[0], PAD_W=g.pad[1],
-                      **plan._named("sx", sx)),
+                      **named("sx", sx)),
                  dict(BLOCK_T=bt, BLOCK_C=bc, INTERPRET=interpret), warps)
     gemm = launch(kernels.winograd_gemm, (cdiv(t, config.block_m) * cdiv(k, config.block_n), POINTS2),
                   dict(v_ptr="v", u_ptr="u", m_ptr="m"), dict(T=t, C=c, K=k),
@@ -189,12 +189,12 @@ def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
     out = launch(kernels.winograd_output_transform, (cdiv(t, bt), cdiv(k, bc)),
                  dict(m_ptr="m", bias_ptr="bias" if problem.bias else "out", y_ptr="out"),
                  dict(K=k, P=g.p, Q=g.q, H=g.h, W=g.w, PAD_H=g.pad[0], PAD_W=g.pad[1], TILES_H=th, TILES_W=tw, T=t,
-                      **plan._named("sy", sy)),
+                      **named("sy", sy)),
                  dict(HAS_BIAS=problem.bias, ACTIVATION=problem.activation or "", BLOCK_T=bt, BLOCK_K=bc,
                       INTERPRET=interpret), warps)
     v_words, m_words = workspace_parts(view)
-    views, words = plan.workspace_layout(("v", v_words, problem.dtype), ("m", m_words, kernels.m_dtype(problem.dtype)))
-    return plan.Plan(kernel, config, 1, (weight, inp, gemm, out), words, workspace_views=views)
+    views, words = workspace_layout(("v", v_words, problem.dtype), ("m", m_words, kernels.m_dtype(problem.dtype)))
+    return Plan(kernel, config, 1, (weight, inp, gemm, out), words, workspace_views=views)
 
 
 # ---- the transformed-weight cache ------------------------------------------------------------------------
@@ -209,7 +209,7 @@ WEIGHT_CACHE = DerivedWeightCache(int(os.environ.get("CONV_RDNA_WINOGRAD_CACHE_E
 # ---- running --------------------------------------------------------------------------------------------
 
 
-def transform_weight(problem: ConvProblem, p: plan.Plan, w: torch.Tensor) -> torch.Tensor:
+def transform_weight(problem: ConvProblem, p: Plan, w: torch.Tensor) -> torch.Tensor:
     """``U`` (36 x C x K, input dtype, flat; of the weight transposed and flipped for the data gradient) of
     weight ``w``, computed now."""
     w = to_layout(w, problem.layout)
@@ -218,7 +218,7 @@ def transform_weight(problem: ConvProblem, p: plan.Plan, w: torch.Tensor) -> tor
     return u
 
 
-def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
+def run(problem: ConvProblem, p: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
         out: torch.Tensor | None = None) -> torch.Tensor:
     """Compute ``problem`` on ``a`` (``x``; ``dy`` for the data gradient), ``w = b`` (and ``bias``) into
     ``out`` or a new tensor."""
@@ -229,7 +229,7 @@ def run(problem: ConvProblem, p: plan.Plan, a: torch.Tensor, b: torch.Tensor, bi
     a = to_layout(a, layout)
     u = WEIGHT_CACHE.get(b, lambda: transform_weight(problem, p, b), form=problem.direction)
     result = problem.empty_result(a.device) if out is None else out
-    tensors = {"a": a, "u": u, "out": result, **workspace(p, a.device)}
+    tensors = {"a": a, "u": u, "out": result, **workspace(p.workspace_elements, p.workspace_views, a.device)}
     if bias is not None:
         tensors["bias"] = bias.contiguous()
     launch_all(p.launches[1:], tensors, a.device)
@@ -270,7 +270,7 @@ def winograd_flops(problem: ConvProblem) -> int:
     return 2 * POINTS2 * tiles(problem)[2] * problem.in_channels * problem.out_channels
 
 
-def estimate_us(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable) -> float:
+def estimate_us(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
     """Three kernels in sequence at the roofline rates of ``conv_core.estimate``, scaled by the table's
     efficiencies: the input transform (memory), the GEMMs (the slower of their flops and bytes), the
     output transform (memory), plus three launches. Channels-first tensors: the transforms' reads of

@@ -4,8 +4,8 @@ The kernels and the algorithm are explained in :mod:`conv_rdna.kernels.winograd_
 derivation and the error analysis in ``docs/winograd.md`` ("The weight gradient").
 
 - :func:`applies`: the weight gradient of the layers the forward candidate serves
-  (:func:`conv_rdna.winograd.layer_applies`: 2D, 3x3, stride 1, dilation 1, one group, at most
-  :data:`~conv_rdna.winograd.MAX_PADDING` a side, at least 64 channels each way), with at least
+  (:func:`conv_rdna.plans.winograd.layer_applies`: 2D, 3x3, stride 1, dilation 1, one group, at most
+  :data:`~conv_rdna.plans.winograd.MAX_PADDING` a side, at least 64 channels each way), with at least
   :data:`MIN_TILES` tiles of ``dy`` and a workspace that 32-bit offsets address.
 - :func:`make_plan`: four launches (:data:`LAUNCHES`): the forward's input transform of ``x`` (``V``), the
   transform of ``dy`` (``U``), the 36 GEMMs reduced over tiles in ``split`` ranges (``Z``, float32), the
@@ -27,9 +27,15 @@ from conv_core.arch import spec
 from conv_core.estimate import roofline_us
 from conv_core.problem import ConvProblem, element_size
 
-from . import configs, launch, plan, winograd
-from .kernels import winograd as forward_kernels
-from .kernels import winograd_bwd_weight as kernels
+from conv_core.geometry import Geometry
+from conv_core.kit.declines import INT32_ELEMENTS, interpreting
+from conv_core.kit.launch import make_launch, workspace_layout
+
+from .. import configs
+from ..kernels import winograd as forward_kernels
+from ..kernels import winograd_bwd_weight as kernels
+from . import winograd
+from .common import Plan, cdiv, named, pixel_ranges, strides_nchw
 
 #: Candidate kernel (the ``kernel`` part of the id) and its configuration family.
 KERNEL = "winograd_f4x3_bwd_weight"
@@ -68,7 +74,7 @@ def workspace_issue(problem: ConvProblem) -> str | None:
     """Why the kernels' 32-bit offsets cannot address ``V``, ``U`` or one split of ``Z``, or None."""
     t, c, k = tiles(problem)[2], problem.in_channels, problem.out_channels
     for what, n in (("V", POINTS2 * t * c), ("U", POINTS2 * t * k), ("Z", POINTS2 * c * k)):
-        if n > plan.INT32_ELEMENTS:
+        if n > INT32_ELEMENTS:
             return f"the transformed {what} would have {n} elements (32-bit offsets)"
     return None
 
@@ -95,27 +101,27 @@ def workspace_parts(problem: ConvProblem, split: int) -> tuple[int, int, int]:
             split * POINTS2 * k * c)
 
 
-def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab: configs.ArchTable) -> plan.Plan:
+def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab: configs.ArchTable) -> Plan:
     """The four launches (:data:`LAUNCHES`) for ``problem``, dense operands in its layout."""
-    g = plan.Geometry.of(problem)
+    g = Geometry.of(problem)
     th, tw, t = tiles(problem)
     c, k = g.cin, g.cout
     blocks = winograd.transform_blocks(tab)
     bt, bc, warps = blocks["BLOCK_T"], blocks["BLOCK_C"], blocks["num_warps"]
-    interpret = plan.interpreting()
-    per_split, split = plan.pixel_ranges(t, config.block_k,
-                                         configs.split_count(tab, problem, config, plan.INT32_ELEMENTS, FAMILY))
+    interpret = interpreting()
+    per_split, split = pixel_ranges(t, config.block_k,
+                                         configs.split_count(tab, problem, config, INT32_ELEMENTS, FAMILY))
 
-    make, cdiv = plan.make_launch, plan._cdiv
-    sx = plan.strides_nchw(problem.input_shape, problem.layout)
-    sdy = plan.strides_nchw(problem.output_shape, problem.layout)
-    so = plan.strides_nchw(problem.weight_shape, problem.layout)
+    make = make_launch
+    sx = strides_nchw(problem.input_shape, problem.layout)
+    sdy = strides_nchw(problem.output_shape, problem.layout)
+    so = strides_nchw(problem.weight_shape, problem.layout)
     inp = make(forward_kernels.winograd_input_transform, (cdiv(t, bt), cdiv(c, bc)), dict(x_ptr="a", v_ptr="v"),
                dict(C=c, H=g.h, W=g.w, TILES_H=th, TILES_W=tw, T=t, PAD_H=g.pad[0], PAD_W=g.pad[1],
-                    **plan._named("sx", sx)),
+                    **named("sx", sx)),
                dict(BLOCK_T=bt, BLOCK_C=bc, INTERPRET=interpret), warps)
     dyt = make(kernels.winograd_dy_transform, (cdiv(t, bt), cdiv(k, bc)), dict(dy_ptr="b", u_ptr="u"),
-               dict(K=k, P=g.p, Q=g.q, TILES_H=th, TILES_W=tw, T=t, **plan._named("sdy", sdy)),
+               dict(K=k, P=g.p, Q=g.q, TILES_H=th, TILES_W=tw, T=t, **named("sdy", sdy)),
                dict(BLOCK_T=bt, BLOCK_K=bc, INTERPRET=interpret), warps)
     gemm = make(kernels.winograd_bwd_weight_gemm, (cdiv(k, config.block_m) * cdiv(c, config.block_n), POINTS2, split),
                 dict(u_ptr="u", v_ptr="v", z_ptr="z"), dict(T=t, K=k, C=c, TILES_PER_SPLIT=per_split),
@@ -125,15 +131,9 @@ def make_plan(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
                dict(K=k, C=c, SPLITS=split, **dict(zip(("so_k", "so_c", "so_r", "so_s"), so))),
                dict(BLOCK_K=bt, BLOCK_C=bc, INTERPRET=interpret), warps)
     v_words, u_words, z_words = workspace_parts(problem, split)
-    views, words = plan.workspace_layout(("v", v_words, problem.dtype), ("u", u_words, problem.dtype),
-                                         ("z", z_words, "float32"))
-    return plan.Plan(kernel, config, split, (inp, dyt, gemm, out), words, workspace_views=views)
-
-
-#: The plugin's shared run (:func:`conv_rdna.launch.run`): ``x`` and ``dy`` in the problem's layout, ``V``,
-#: ``U`` and ``Z`` bound as the plan's workspace views.
-run = launch.run
-
+    views, words = workspace_layout(("v", v_words, problem.dtype), ("u", u_words, problem.dtype),
+                                    ("z", z_words, "float32"))
+    return Plan(kernel, config, split, (inp, dyt, gemm, out), words, workspace_views=views)
 
 
 # ---- the estimate -----------------------------------------------------------------------------------------
@@ -162,9 +162,9 @@ def winograd_flops(problem: ConvProblem) -> int:
     return 2 * POINTS2 * tiles(problem)[2] * problem.in_channels * problem.out_channels
 
 
-def estimate_us(problem: ConvProblem, p: plan.Plan, tab: configs.ArchTable) -> float:
+def estimate_us(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
     """Four kernels in sequence at the roofline rates of ``conv_core.estimate``, scaled by the table's
-    efficiencies, as :func:`conv_rdna.winograd.estimate_us` (channels-first reads of ``x`` and ``dy`` at
+    efficiencies, as :func:`conv_rdna.plans.winograd.estimate_us` (channels-first reads of ``x`` and ``dy`` at
     ``channels_first_factor`` of the memory efficiency)."""
     eff = tab.efficiency[KERNEL]
     compute_us, memory_us = roofline_us(problem)

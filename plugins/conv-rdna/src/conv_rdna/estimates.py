@@ -1,0 +1,91 @@
+"""How long a plan should take: roofline estimates with the table's efficiencies (initial guesses; measured
+tables replace them). Each kernel's registry entry names its estimate (:mod:`conv_rdna.registry`).
+
+Compute efficiency scales with the tile utilization and, for channels-first tensors on kernels tiled for
+channels-last ones, with the table's ``channels_first_factor``. Workspace traffic (written once, read once)
+and a result zeroed before the launches add to the memory time.
+"""
+
+from __future__ import annotations
+
+import math
+
+from conv_core.arch import spec
+from conv_core.estimate import estimate_us
+from conv_core.problem import ConvProblem, element_size
+
+from . import configs
+from .plans.common import Plan, cdiv
+from .plans.few_channels import few_cout_work
+
+
+def roofline(problem: ConvProblem, p: Plan, compute: float, memory: float) -> float:
+    """The plan's time at fractions ``compute`` and ``memory`` of the roofline rates, its launches, workspace
+    traffic and zeroed result included."""
+    us = estimate_us(problem, compute, memory, launches=len(p.launches) + (1 if p.zero else 0))
+    copy_us_per_byte = 1 / (spec(problem.arch).copy_tbps * 1e6) / memory
+    us += 2 * p.workspace_fills * p.workspace_bytes * copy_us_per_byte
+    if p.zero == "out":  # the result is written twice: zeros, then what the launches add or place
+        us += math.prod(problem.result_shape) * element_size(problem.result_dtype) * copy_us_per_byte
+    return us
+
+
+def tile_utilization(problem: ConvProblem, p: Plan, family: str) -> float:
+    """Fraction of the matrix work in the tiles that is real (the rest multiplies padding)."""
+    view = configs.gemm_view(problem, family)
+    c = p.config
+    pixel_blocks = family == "bwd_weight" or family in configs.FEW_CHANNELS_BWD_WEIGHT_FAMILIES
+    red_block = 1 if pixel_blocks else c.block_k  # batch-wide pixel blocks: only the last is partial
+    used = 1.0
+    for size, block in ((view["m"], c.block_m), (view["n"], c.block_n), (view["red"], red_block)):
+        used *= size / (math.ceil(size / block) * block)
+    return used
+
+
+def tiled(problem: ConvProblem, p: Plan, tab: configs.ArchTable, *, family: str,
+          channels_first_kernel: bool = False) -> float:
+    """A GEMM-tiled kernel of ``family``; one tiled for channels-last tensors (not ``channels_first_kernel``)
+    runs channels-first ones at the table's ``channels_first_factor``."""
+    eff = tab.efficiency[p.kernel]
+    compute = eff["compute"] * tile_utilization(problem, p, family)
+    if problem.layout == "channels_first" and not channels_first_kernel:
+        compute *= tab.efficiency["channels_first_factor"]
+    return roofline(problem, p, compute, eff["memory"])
+
+
+def few_cout(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
+    """``few_channels_out``'s forward kernel (itself, or the data gradient of few input channels on ``dy``): its
+    work counts halo pixels, output slots outside the tile and padded columns, and it reads the input (most
+    of the bytes) once per output-channel chunk."""
+    eff = tab.efficiency[p.kernel]
+    utilization, reads = few_cout_work(problem, p.config)
+    compute = eff["compute"] * utilization
+    if problem.layout == "channels_first":
+        compute *= tab.efficiency["channels_first_factor"]
+    return roofline(problem, p, compute, eff["memory"] / reads)
+
+
+def depthwise_utilization(problem: ConvProblem, p: Plan) -> float:
+    """Fraction of a depthwise plan's tile lanes that hold real work (pixels x channels, and taps for the
+    weight gradient): the blocks after fitting (``plans.depthwise.fit_pixel_block``), the first launch's."""
+    g, const = p.geometry, dict(p.launches[0].constexprs)
+    channels = problem.in_channels
+
+    def used(size: int, block: int) -> float:
+        return size / (math.ceil(size / block) * block)
+
+    if problem.direction == "bwd_weight":
+        pixels = g.batch * g.p * g.q
+        return used(g.r * g.s, const["BLOCK_T"]) * used(channels, const["BLOCK_C"]) * used(pixels, const["BLOCK_W"])
+    rows, cols = (g.p, g.q) if problem.direction == "fwd" else (cdiv(g.h, g.stride[0]), cdiv(g.w, g.stride[1]))
+    return used(rows, const["BLOCK_H"]) * used(cols, const["BLOCK_W"]) * used(channels, const["BLOCK_C"])
+
+
+def depthwise(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
+    """FMA stencils: "compute" is their fraction of the matrix-unit rate; a channels-first tile loads along W
+    without vectors, which costs both rates the kernel's own "channels_first" factor."""
+    eff = tab.efficiency[p.kernel]
+    compute, memory = eff["compute"] * depthwise_utilization(problem, p), eff["memory"]
+    if problem.layout == "channels_first":
+        compute, memory = compute * eff["channels_first"], memory * eff["channels_first"]
+    return roofline(problem, p, compute, memory)
