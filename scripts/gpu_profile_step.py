@@ -70,7 +70,7 @@ def main() -> None:
         conv_ms = _profile("converted", converted, x, args.amp, out)
         out.write(f"plain {plain_ms:.2f} ms, converted {conv_ms:.2f} ms, ratio {plain_ms / conv_ms:.3f}\n")
         engine = conv_core.get_engine()
-        for route in engine.calls.values():
+        for route in engine.calls.routes():
             if hasattr(route, "ranking"):
                 rankings = {"fwd": route.ranking, **getattr(route, "backward", {})}
                 picks = ", ".join(f"{d}: {r.best.kernel_id} ({r.best.us:.1f} us, {r.best.source})"
