@@ -113,3 +113,17 @@ def test_explain_notes_the_nondeterministic_setting(monkeypatch):
     e = explain(TINY, device=CPU)
     assert e.picked == "atomic:k:c"
     assert any("CONV_CORE_NONDETERMINISTIC" in note for note in e.notes) and "CONV_CORE_NONDETERMINISTIC" in str(e)
+
+
+def test_explain_says_when_pytorchs_cudnn_benchmark_turns_first_use_timing_on(monkeypatch):
+    from conv_core import explanation
+    from conv_core.engine import get_engine
+
+    monkeypatch.delenv("CONV_CORE_BENCHMARK", raising=False)
+    monkeypatch.setattr(explanation, "device_arch", lambda device: "sm_90")
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    notes = explanation._notes(get_engine(), TINY.replace(arch="sm_90"), torch.device("cuda"), None)
+    assert "torch.backends.cudnn.benchmark is on: untuned candidates are timed on first use" in notes
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    assert not any("first use" in note for note in
+                   explanation._notes(get_engine(), TINY.replace(arch="sm_90"), torch.device("cuda"), None))

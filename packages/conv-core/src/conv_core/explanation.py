@@ -157,6 +157,8 @@ def _notes(engine, problem: ConvProblem, device: torch.device, backend: str | No
             notes.append(f"no backend named {forced!r} is installed")
     if engine.settings.benchmark:
         notes.append("CONV_CORE_BENCHMARK is on: untuned candidates are timed on first use")
+    elif engine.benchmark_mode(device):
+        notes.append("torch.backends.cudnn.benchmark is on: untuned candidates are timed on first use")
     if engine.settings.nondeterministic:
         notes.append("CONV_CORE_NONDETERMINISTIC is on: candidates tagged atomics are ranked by time")
     arch = device_arch(device)
