@@ -9,10 +9,11 @@ import conv_core
 import pytest
 import torch
 from conv_core.backends import aten
-from conv_core.candidate import Candidate, Declined
+from conv_core.candidate import Candidate
 from conv_core.problem import ConvProblem
 from conv_core.kit.declines import INT32_ELEMENTS
 from conv_core.kit.registry import readme_table
+from conv_core.testing.plugin_checks import the_decline
 from conv_rdna import candidates, configs, hooks, registry
 
 README = Path(__file__).parents[1] / "README.md"
@@ -33,9 +34,7 @@ def answer(p: ConvProblem, device=CPU) -> list:
 
 
 def declined(p: ConvProblem, device=CPU) -> str:
-    items = answer(p, device)
-    assert len(items) == 1 and isinstance(items[0], Declined), items
-    return items[0].reason
+    return the_decline(answer(p, device))
 
 
 @pytest.fixture(autouse=True)

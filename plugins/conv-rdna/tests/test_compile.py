@@ -15,23 +15,14 @@ from __future__ import annotations
 import re
 
 import pytest
-from conv_core.aot import compile_in_subprocess
+from conv_core.testing.plugin_checks import compile_check_tests
 from conv_rdna import aot, configs, registry
 
 JOBS = aot.jobs()
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> dict[str, dict]:
-    timeout = max(900, 4 * len(JOBS))  # 2-3 s per job and core; more under contention
-    return {r["id"]: r for r in compile_in_subprocess("conv_rdna.aot", tmp_path_factory.mktemp("aot"), timeout)}
-
-
-@pytest.mark.parametrize("job", JOBS, ids=[job.id for job in JOBS])
-def test_compiles_cleanly(job, compiled):
-    result = compiled.get(job.id)
-    assert result is not None, f"{job.id} was not compiled"
-    assert aot.problems_of(result) == [], result
+#: The module's fixture (the compile run, 2-3 s per job and core; more under contention) and a test per job.
+compiled, test_compiles_cleanly = compile_check_tests("conv_rdna.aot", JOBS, aot.problems_of, 4, 900)
 
 
 def test_every_shipped_configuration_is_compiled():

@@ -16,6 +16,7 @@ import torch
 from conv_core.candidate import Candidate
 from conv_core.problem import ConvProblem
 from conv_core.reference import random_operands
+from conv_core.testing.plugin_checks import assert_launch_site_matches_jit
 from conv_rdna import candidates
 
 pytestmark = pytest.mark.skipif(os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu") != "cuda",
@@ -45,13 +46,7 @@ def _offered(name: str) -> tuple[ConvProblem, list[Candidate]]:
 def test_the_launch_site_gives_the_jit_bits(name, monkeypatch):
     problem, offered = _offered(name)
     for c in offered:
-        operands = random_operands(problem, torch.device("cuda"), 1)
-        monkeypatch.setenv("CONV_CORE_JIT_LAUNCH", "1")
-        through_jit = c.run(*operands)
-        monkeypatch.delenv("CONV_CORE_JIT_LAUNCH")
-        c.run(*operands)  # the launch site's first launch: through the JIT, keeping the compiled kernel
-        direct = c.run(*operands)
-        assert torch.equal(direct, through_jit), c.kernel_id
+        assert_launch_site_matches_jit(c, random_operands(problem, torch.device("cuda"), 1), monkeypatch)
 
 
 @pytest.mark.parametrize("name", PROBLEMS)

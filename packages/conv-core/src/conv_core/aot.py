@@ -103,3 +103,16 @@ def distinct(jobs: Sequence, key: Callable[[object], object]) -> tuple[list, dic
 def compile_failure(result: dict) -> list[str]:
     """The one issue of a job that did not compile (``ok`` false: its ``error``), else none."""
     return [] if result.get("ok") else [f"did not compile: {result.get('error')}"]
+
+
+def report(results: Sequence[dict], json_path: str | None, header: str, row: Callable[[dict], str],
+           problems_of: Callable[[dict], list[str]]) -> int:
+    """A compile run's results written to ``json_path`` (if given) and printed, ``header`` then one ``row`` per
+    compiled job and ``FAILED`` with the error for the others; the exit status: 1 where any job has a problem."""
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(list(results), f, indent=0)
+    print(header)
+    for r in results:
+        print(row(r) if r.get("ok") else f"{r['id']} FAILED {r.get('error', '')[:300]}")
+    return 1 if any(problems_of(r) for r in results) else 0

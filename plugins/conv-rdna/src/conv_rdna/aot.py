@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import re
 import sys
 import time
 from dataclasses import asdict, dataclass
 
-from conv_core.aot import compile_all, compile_failure, distinct, ptxas_stats
+from conv_core.aot import compile_all, compile_failure, distinct, ptxas_stats, report
 from conv_core.arch import spec
 from conv_core.kit.declines import interpreting
 from conv_core.kit.launch import Launch
@@ -160,9 +159,8 @@ class Job:
 FEW_CHANNELS = {"few_channels_in": "in_channels", "few_channels_out": "out_channels",
                 "few_channels_in_bwd_weight": "in_channels", "few_channels_out_bwd_weight": "out_channels",
                 "few_channels_in_bwd_data": "in_channels", "few_channels_out_bwd_data": "out_channels"}
-#: Forward kernels: compiled with a bias and an activation.
-FORWARD_KERNELS = ("implicit_gemm", "conv3x3", "gemm1x1", "depthwise_fwd", "implicit_gemm_cf", "few_channels_in",
-                   "few_channels_out")
+#: Forward kernels (Winograd's aside): compiled with a bias and an activation.
+FORWARD_KERNELS = tuple(e.name for e in REGISTRY.for_direction("fwd") if e.name not in LAUNCH_NAMES)
 
 
 def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shape: str = "mid") -> ConvProblem | None:
@@ -197,7 +195,7 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
         return problem if winograd_bwd_weight.applies(problem) else None
     if kernel in FORWARD_KERNELS:  # without bias on the pixel-vector shape, whose check counts narrow loads
         return problem.replace(bias=shape != PIXEL_VECTOR_SHAPE, activation="gelu")
-    problem = problem.with_direction("bwd_data" if "bwd_data" in kernel else "bwd_weight")
+    problem = problem.with_direction(REGISTRY[kernel].directions[0])
     if kernel in FEW_CHANNELS and kernel not in few_channels.few_channels_kernels(problem):  # stride-2 data gradients
         return None
     return problem
@@ -397,20 +395,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         todo, counts = distinct_jobs(targets)
         print(f"{counts['jobs']} launches, {counts['compiles']} distinct specializations compiled", file=sys.stderr)
-    results = compile_all(compile_job, todo, args.jobs)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=0)
-    print(f"{'job':64} {'regs':>5} {'spill':>5} {'scr':>4} {'shared':>7} {'limit':>7}  matrix / issues")
-    for r in results:
-        if not r.get("ok"):
-            print(f"{r['id']:64} FAILED {r.get('error', '')[:200]}")
-            continue
-        matrix = r["matrix"][0].split(".")[0] if r["matrix"] else "-"
-        print(f"{r['id']:64} {r['registers']:5} {r['spills']:5} {r['scratch_bytes']:4} {r['shared']:7} "
-              f"{r['shared_limit']:7}  {matrix} {'; '.join(problems_of(r))}")
-    return 1 if any(problems_of(r) for r in results) else 0
+    return report(compile_all(compile_job, todo, args.jobs), args.json,
+                  f"{'job':64} {'regs':>5} {'spill':>5} {'scr':>4} {'shared':>7} {'limit':>7}  matrix / issues", _row,
+                  problems_of)
 
+
+def _row(r: dict) -> str:
+    """A compiled job's line of the report: registers, spills, scratch, shared memory, the matrix instruction."""
+    matrix = r["matrix"][0].split(".")[0] if r["matrix"] else "-"
+    return (f"{r['id']:64} {r['registers']:5} {r['spills']:5} {r['scratch_bytes']:4} {r['shared']:7} "
+            f"{r['shared_limit']:7}  {matrix} {'; '.join(problems_of(r))}")
 
 if __name__ == "__main__":
     sys.exit(main())

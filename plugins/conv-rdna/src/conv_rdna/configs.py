@@ -170,9 +170,18 @@ CONFIG_TYPES = {family: StencilConfig for family in DEPTHWISE_FAMILIES}
 class SplitRule:
     """How many ranges the weight gradient's reduction is split into (see :func:`split_count`)."""
 
+    #: programs (tiles x splits) to aim for
     target_programs: int
+    #: most splits
     max_split: int
+    #: fewest ``BLOCK_K`` steps a split reduces
     min_blocks_per_split: int
+
+    def count(self, tiles: int, blocks: int, *limits: int) -> int:
+        """Splits of a reduction of ``blocks`` steps over ``tiles`` output tiles: enough for ``target_programs``,
+        at most ``max_split`` and each at least ``min_blocks_per_split`` steps, within ``limits``; at least 1."""
+        split = math.ceil(self.target_programs / tiles)
+        return max(min(split, self.max_split, blocks // self.min_blocks_per_split, *limits), 1)
 
 
 @dataclass(frozen=True)
@@ -432,11 +441,7 @@ def split_count(tab: ArchTable, problem: ConvProblem, config: TileConfig, int32_
         tiles = (math.ceil(cout / config.block_m) * math.ceil(cin / config.block_n)
                  * math.prod(problem.filter_size) * g)
         pixels = problem.batch * math.prod(problem.output_size)
-    blocks = math.ceil(pixels / config.block_k)
-    split = math.ceil(rule.target_programs / tiles)
-    split = min(split, rule.max_split, blocks // rule.min_blocks_per_split,
-                int32_elements // numel, 65535)
-    return max(split, 1)
+    return rule.count(tiles, math.ceil(pixels / config.block_k), int32_elements // numel, 65535)
 
 
 def depthwise_split_count(tab: ArchTable, problem: ConvProblem, config: StencilConfig, int32_elements: int) -> int:
@@ -453,7 +458,4 @@ def depthwise_split_count(tab: ArchTable, problem: ConvProblem, config: StencilC
              * math.ceil(problem.in_channels / config.block_c) * (problem.out_channels // problem.groups))
     *rows, cols = (problem.batch, *problem.output_size)
     blocks = math.prod(rows) * math.ceil(cols / config.block_w)
-    split = math.ceil(rule.target_programs / tiles)
-    split = min(split, rule.max_split, blocks // rule.min_blocks_per_split, math.prod(rows),
-                int32_elements // math.prod(problem.weight_shape))
-    return max(split, 1)
+    return rule.count(tiles, blocks, math.prod(rows), int32_elements // math.prod(problem.weight_shape))
