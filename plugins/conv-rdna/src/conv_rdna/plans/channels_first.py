@@ -54,9 +54,9 @@ WEIGHT_FORMS = ("taps_outer", "taps_outer_flipped")
 
 def packed_weight(problem: ConvProblem, phase: Phase | None = None) -> dict:
     """The weight as ``conv_fwd_cf`` reads a :data:`WEIGHT_FORMS` copy of it: the forward's, or (``phase``)
-    the flipped copy for that stride phase of the data gradient (:func:`bwd_data_phases`). The phase's tap
-    ``t`` is the weight's ``r0 + stride*(taps-1-t)`` (:func:`flipped_weight`), which in the copy, whose taps
-    run backwards, is ``R-1-r0-stride*(taps-1) + stride*t``: an offset and positive strides."""
+    the flipped copy for that stride phase of the data gradient (:func:`~.common.bwd_data_phases`). The phase's
+    tap ``t`` is the weight's ``taps[0] - tap_step*t`` (:func:`~.common.flipped_weight`), which in the copy, whose
+    taps run backwards, is ``R-1-taps[0] + tap_step*t``: an offset and positive strides."""
     g = Geometry.of(problem)
     produced, reduced = (g.cin, g.cout) if phase else (g.cout, g.cin)
     sws = reduced * produced * g.groups
