@@ -6,14 +6,21 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 step() { echo "run.sh: $*"; }
+# pip's own output, one line per package it collects or installs (its progress bars and notices left out):
+# the first install downloads torch and triton and would otherwise be silent for minutes.
+pip_install() {
+  .venv/bin/python -m pip install --progress-bar off -c constraints.txt "$@" 2>&1 \
+    | { grep --line-buffered -E '^ *(Collecting|Processing|Obtaining|Downloading|Building|Installing|Successfully|ERROR)' || true; } \
+    | sed -u 's/^ */  pip: /'
+}
 step "creating .venv"
 python3 -m venv .venv
 step "installing conv-core (torch, pluggy, numpy; the first install takes a few minutes)"
-.venv/bin/python -m pip install -q -c constraints.txt -e packages/conv-core
+pip_install -e packages/conv-core
 for plugin in plugins/*/; do
   if [ -f "$plugin/pyproject.toml" ]; then
     step "installing $(basename "$plugin")"
-    .venv/bin/python -m pip install -q -c constraints.txt -e "$plugin"
+    pip_install -e "$plugin"
   fi
 done
 .venv/bin/conv-core info
