@@ -1,9 +1,9 @@
-"""A CPU replay of ``kernels/fwd.py`` driven by a :class:`~conv_gluon.plan.Plan`, and of
-``kernels/bwd_weight.py`` driven by a :class:`~conv_gluon.plan.WeightGradPlan`: the same scalars, tile (unit)
+"""A CPU replay of ``kernels/fwd.py`` driven by a :class:`~conv_gluon.plans.Plan`, and of
+``kernels/bwd_weight.py`` driven by a :class:`~conv_gluon.plans.WeightGradPlan`: the same scalars, tile (unit)
 order, split ranges, masks, TMA bounds and weight matrix, in float64 with torch.
 
 Gluon kernels do not run on the CPU (not even interpreted), so this is how the CPU suite checks the host side
-(every argument :func:`conv_gluon.plan.make_plan` computes, the padded weight of :mod:`conv_gluon.weights`)
+(every argument :func:`conv_gluon.plans.make_plan` computes, the padded weight of :mod:`conv_gluon.weights`)
 and the kernel's index arithmetic against conv-core's float64 reference. It mirrors the kernel statement by
 statement; where the hardware does something (TMA zero fill beyond a tensor's bounds, ``cp.async`` zero fill
 of masked copies), it does what the hardware does, not what the plan hopes for.
@@ -18,7 +18,7 @@ from conv_gluon import tiling, weights
 from conv_gluon.kernels.codes import A_MODES, ACTIVATIONS
 from conv_core.problem import element_size, torch_dtype
 from conv_gluon.launch import dy_matrix
-from conv_gluon.plan import DataGradPlan, Plan, WeightGradPlan
+from conv_gluon.plans import DataGradPlan, Plan, WeightGradPlan
 
 ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
 

@@ -10,7 +10,8 @@ from conv_core.candidate import Candidate, Declined, check_candidate
 from conv_core.estimate import roofline_us
 from conv_core.problem import ConvProblem
 from conv_core.tuning import read_entries
-from conv_gluon import candidates, hooks, toolchain
+from conv_gluon.registry import REGISTRY
+from conv_gluon import candidates, estimates, hooks, toolchain
 
 CUDA = torch.device("cuda")  # only its type is read
 CPU = torch.device("cpu")
@@ -157,9 +158,9 @@ def test_missing_module_is_a_decline(monkeypatch):
 
 def tags(c: Candidate, *extra: str) -> set[str]:
     """The tags ``c`` must have: its own ``extra`` ones, and ``experimental`` unless its family was swept."""
-    from conv_gluon import configs, plan
+    from conv_gluon import configs
 
-    unmeasured = not configs.table("sm_90").is_measured(plan.KERNELS[c.kernel])
+    unmeasured = not configs.table("sm_90").is_measured(REGISTRY.family_of(c.kernel))
     return {"deterministic", "cuda_graph_safe", *extra, *(["experimental"] if unmeasured else [])}
 
 
@@ -174,7 +175,7 @@ def test_data_gradient_tags_and_workspace():
 def test_weight_gradient_tags_and_workspace():
     """Split problems need float32 partials (one per split, each tap's channels padded to 16); dy of 36
     channels a padded copy; a small problem with whole 16-byte dy rows needs nothing."""
-    from conv_gluon import configs, plan
+    from conv_gluon import configs, plans as plan
 
     tab = configs.table("sm_90")
     small = answer(problem(batch=1, input_size=(8, 8)).with_direction("bwd_weight"))
@@ -217,7 +218,7 @@ def test_estimates_are_finite_and_above_the_roofline():
 def test_weight_gradient_estimate_charges_its_partials():
     """A split per k-step (hundreds of float32 partials) is charged their round trip through memory: slower
     than the table's choice of splits, which is itself above the roofline."""
-    from conv_gluon import configs, plan
+    from conv_gluon import configs, plans as plan
 
     tab = configs.table("sm_90")
     p = problem(batch=2, in_channels=256, out_channels=256, input_size=(100, 100)).with_direction("bwd_weight")
@@ -225,7 +226,8 @@ def test_weight_gradient_estimate_charges_its_partials():
     split = plan.make_bwd_weight_plan(p, "bwd_weight_gather", config, tab)
     assert split.split
     more = plan.make_bwd_weight_plan(p, "bwd_weight_gather", config, tab, split_steps=1)
-    assert candidates.estimate(p, more, tab) > candidates.estimate(p, split, tab) > max(roofline_us(p))
+    charged = estimates.weight_grad_estimate
+    assert charged(p, more, tab) > charged(p, split, tab) > max(roofline_us(p))
 
 
 def test_estimates_charge_padding_lanes():
@@ -238,7 +240,7 @@ def test_estimates_charge_padding_lanes():
 def test_experimental_only_while_the_table_is_unmeasured():
     import dataclasses
 
-    from conv_gluon import configs, plan
+    from conv_gluon import configs, plans as plan
 
     unmeasured = dataclasses.replace(configs.table("sm_90"), measured=False, layers={})
     p = plan.make_plan(problem(), "fwd_box", configs.select(unmeasured, "fwd_box", problem()), unmeasured)

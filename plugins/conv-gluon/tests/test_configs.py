@@ -3,12 +3,14 @@ architecture's limits, chosen deterministically."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
-from conv_gluon import configs, plan, tiling
+from conv_gluon.registry import REGISTRY
+from conv_gluon import configs, plans as plan, tiling
 
 TAB = configs.table("sm_90")
 
@@ -18,14 +20,14 @@ def test_tables():
     assert configs.table_for("sm_90") is TAB and configs.table_for("sm_90a") is TAB
     assert configs.table_for("sm_80") is None
     assert not TAB.measured  # the buckets are reasoned; the families the sweep timed are measured (data/swept)
-    assert set(TAB.families) == set(configs.FAMILIES)
-    assert set(TAB.efficiency) == set(plan.KERNELS) and set(plan.KERNELS.values()) == set(configs.FAMILIES)
+    assert set(TAB.families) == set(configs.families())
+    assert set(TAB.efficiency) == set(REGISTRY.names) and set(REGISTRY.families()) == set(configs.families())
 
 
-@pytest.mark.parametrize("family", configs.FAMILIES)
+@pytest.mark.parametrize("family", configs.families())
 def test_every_configuration_fits_the_hardware(family):
     limit = spec("sm_90").shared_memory_bytes
-    producers = TAB.weight_grad.producers if family in configs.WEIGHT_GRAD_FAMILIES else TAB.producers
+    producers = TAB.weight_grad.producers if family in configs.weight_grad_families() else TAB.producers
     for config in TAB.configs(family):
         # fwd_rows_box's input boxes have a ring of their own
         boxes = tiling.tall_stages(config.stages, plan.ROWS) if family == "fwd_rows_box" else 0
@@ -40,11 +42,11 @@ def test_every_configuration_fits_the_hardware(family):
             assert tiling.accumulator_registers(config.block_m, config.block_n, config.num_warps) + 64 <= consumer
 
 
-@pytest.mark.parametrize("family", configs.FAMILIES)
+@pytest.mark.parametrize("family", configs.families())
 def test_every_bucket_is_reachable(family):
     """Each bucket is the first match of some problem (no bucket is shadowed by an earlier one)."""
     hit = set()
-    direction = "bwd_weight" if family in configs.WEIGHT_GRAD_FAMILIES else "fwd"
+    direction = "bwd_weight" if family in configs.weight_grad_families() else "fwd"
     for red, n, size in itertools.product((1, 3, 8, 16, 17, 32, 33, 64, 200, 512),
                                           (1, 8, 64, 65, 128, 129, 300, 2048), ((8, 8), (256, 256))):
         p = ConvProblem("fwd", 2, red, n, size, 3, 1, 1, 1, dtype="bfloat16", layout="channels_last",
@@ -67,11 +69,14 @@ def test_selection_is_deterministic_and_follows_the_channels():
 
 
 def test_weight_gradient_selection_follows_its_gemm():
-    """Buckets on the per-tap GEMM: M = output channels, N = input channels."""
+    """Buckets on the per-tap GEMM: M = output channels, N = input channels. (The buckets alone: a layer the
+    sweep timed at another batch or image size takes its swept configuration, ``test_same_layer_...``.)"""
+    buckets = dataclasses.replace(TAB, layers={})
+
     def choose(cin, cout, family="bwd_weight_gather"):
         p = ConvProblem("fwd", 8, cin, cout, (28, 28), 3, 1, 1, 1, dtype="bfloat16", layout="channels_last",
                         arch="sm_90").with_direction("bwd_weight")
-        return configs.select(TAB, family, p)
+        return configs.select(buckets, family, p)
 
     assert configs.gemm_view(ConvProblem("fwd", 8, 3, 64, (28, 28), 7, 2, 3, 1).with_direction("bwd_weight")) == \
         {"m": 64, "n": 3, "red": 8 * 14 * 14}
@@ -116,9 +121,9 @@ def test_weight_gradient_accepts_what_the_forward_refuses():
 
 
 def test_config_names_are_unique_and_stable():
-    names = [c.name for family in configs.FAMILIES for c in TAB.configs(family)]
+    names = [c.name for family in configs.families() for c in TAB.configs(family)]
     assert "m128n256k64s4w8g8" in names
-    for family in configs.FAMILIES:
+    for family in configs.families():
         assert len({c.name for c in TAB.configs(family)}) == len(TAB.configs(family))
 
 
@@ -148,3 +153,13 @@ def test_box_widths_are_whole_swizzle_rows():
     min_n, wide = TAB.box_widths_wide
     assert set(wide) <= set(TAB.box_widths) and TAB.box_widths_for(min_n) == wide
     assert TAB.box_widths_for(min_n - 1) == TAB.box_widths
+
+
+def test_same_layer_at_another_batch_takes_the_swept_configuration():
+    """The kit's selection finds a swept layer again at another batch size (within 8x the pixels): the kernel is
+    already compiled, and it was timed on that layer."""
+    family, entries = next((f, e) for f, e in TAB.layers.items() if e)
+    key, swept = next(iter(entries.items()))
+    p = ConvProblem.from_key(f"{key} sm_90")
+    other = p.replace(batch=p.batch * 2)
+    assert configs.select(TAB, family, p) == swept == configs.select(TAB, family, other)

@@ -19,7 +19,8 @@ from conv_core.candidate import Candidate
 from conv_core.problem import torch_dtype
 from conv_core.testing import check_candidate
 from conv_core.testing.conformance import conformance_problems
-from conv_gluon import candidates, plan
+from conv_gluon.registry import REGISTRY
+from conv_gluon import candidates, plans as plan
 
 import emulator
 
@@ -53,7 +54,7 @@ for _problem in PROBLEMS:
 
 def test_the_kit_has_cases_in_every_direction_and_mode():
     assert {p.direction for p, _ in CASES} == {"fwd", "bwd_data", "bwd_weight"}
-    assert {c.kernel for _, c in CASES} == set(plan.KERNELS)
+    assert {c.kernel for _, c in CASES} == set(REGISTRY.names)
     modes = set()
     for _, c in CASES:
         p = c.run.plan

@@ -1,5 +1,5 @@
 """Plans checked end to end on the CPU: the kernel's arithmetic replayed (``emulator.py``) on every argument
-:func:`conv_gluon.plan.make_plan` computes, against conv-core's float64 reference and tolerance model.
+:func:`conv_gluon.plans.make_plan` computes, against conv-core's float64 reference and tolerance model.
 
 The shapes are the issue's odd ones, small: 3, 40 and 200 channels, stride 2, dilation 2, 1x1 and 7x7
 filters, groups, asymmetric padding, 1D, channel counts that are not multiples of the tile, more output
@@ -14,7 +14,8 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem, torch_dtype
 from conv_core.reference import compare, random_operands
-from conv_gluon import candidates, configs, plan
+from conv_gluon.registry import REGISTRY
+from conv_gluon import configs, plans as plan
 
 import emulator
 
@@ -52,13 +53,13 @@ def make(name: str) -> ConvProblem:
     return ConvProblem("fwd", **fields)
 
 
-CASES = [(name, kernel) for name in SHAPES for kernel in candidates.kernels_for(make(name), TAB)]
+CASES = [(name, e.name) for name in SHAPES for e in REGISTRY.applicable(make(name))]
 
 
 @pytest.mark.parametrize("name, kernel", CASES, ids=[f"{n}-{k}" for n, k in CASES])
 def test_plan_computes_the_convolution(name, kernel):
     problem = make(name)
-    p = plan.make_plan(problem, kernel, configs.select(TAB, plan.KERNELS[kernel], problem), TAB)
+    p = plan.make_plan(problem, kernel, configs.select(TAB, REGISTRY.family_of(kernel), problem), TAB)
     operands = random_operands(problem, "cpu", seed=1)
     x, w, bias = operands
     out = emulator.run(p, x, w, bias, problem.output_shape, torch_dtype(problem.result_dtype))
@@ -67,7 +68,7 @@ def test_plan_computes_the_convolution(name, kernel):
 
 
 def forward_plan(name: str, kernel: str) -> plan.Plan:
-    return plan.make_plan(make(name), kernel, configs.select(TAB, plan.KERNELS[kernel], make(name)), TAB)
+    return plan.make_plan(make(name), kernel, configs.select(TAB, REGISTRY.family_of(kernel), make(name)), TAB)
 
 
 def test_every_kernel_and_input_mode_is_covered():
@@ -76,7 +77,7 @@ def test_every_kernel_and_input_mode_is_covered():
     assert any(plan.weight_matrix(make(n), configs.select(TAB, "fwd_gather", make(n))).packed for n in SHAPES)
     columns = [p for p in plans if p.rows == 3]  # taps of a filter column sharing a tall box, dilation 1 and 2
     assert {dict(p.constexprs)["ROW_DIL"] for p in columns} == {1, 2}
-    assert {p.kernel for p in plans} == set(plan.DIRECTION_KERNELS["fwd"])
+    assert {p.kernel for p in plans} == {e.name for e in REGISTRY.for_direction("fwd")}
 
 
 def test_the_forward_filter_column_emulator_catches_a_wrong_row_dilation():
@@ -141,13 +142,13 @@ def make_grad(name: str) -> ConvProblem:
     return ConvProblem("fwd", **fields).with_direction("bwd_data")
 
 
-GRAD_CASES = [(name, kernel) for name in GRAD_SHAPES for kernel in candidates.kernels_for(make_grad(name), TAB)]
+GRAD_CASES = [(name, e.name) for name in GRAD_SHAPES for e in REGISTRY.applicable(make_grad(name))]
 
 
 @pytest.mark.parametrize("name, kernel", GRAD_CASES, ids=[f"{n}-{k}" for n, k in GRAD_CASES])
 def test_data_gradient_phases_compute_the_gradient(name, kernel):
     problem = make_grad(name)
-    p = plan.make_bwd_data_plan(problem, kernel, configs.select(TAB, plan.KERNELS[kernel], problem), TAB)
+    p = plan.make_bwd_data_plan(problem, kernel, configs.select(TAB, REGISTRY.family_of(kernel), problem), TAB)
     operands = random_operands(problem, "cpu", seed=2)
     out = emulator.run_bwd_data(p, problem, *operands)
     result = compare(problem, out, operands)
@@ -155,7 +156,7 @@ def test_data_gradient_phases_compute_the_gradient(name, kernel):
 
 
 def test_data_gradient_covers_zero_phases_and_every_mode():
-    plans = {(n, k): plan.make_bwd_data_plan(make_grad(n), k, configs.select(TAB, plan.KERNELS[k], make_grad(n)),
+    plans = {(n, k): plan.make_bwd_data_plan(make_grad(n), k, configs.select(TAB, REGISTRY.family_of(k), make_grad(n)),
                                              TAB) for n, k in GRAD_CASES}
     assert plans["1x1-s2-zero-phases", "bwd_data_gather"].zero_phases == ((0, 1), (1, 0), (1, 1))
     four = plans["3x3-s2-c40", "bwd_data_box"]
@@ -219,11 +220,11 @@ def make_wgrad(name: str) -> ConvProblem:
 
 def wgrad_plan(name: str, kernel: str, split_steps: int | None = None) -> plan.WeightGradPlan:
     problem = make_wgrad(name)
-    return plan.make_bwd_weight_plan(problem, kernel, configs.select(TAB, plan.KERNELS[kernel], problem), TAB,
+    return plan.make_bwd_weight_plan(problem, kernel, configs.select(TAB, REGISTRY.family_of(kernel), problem), TAB,
                                      split_steps=split_steps)
 
 
-WGRAD_CASES = [(name, kernel) for name in WGRAD_SHAPES for kernel in candidates.kernels_for(make_wgrad(name), TAB)]
+WGRAD_CASES = [(name, e.name) for name in WGRAD_SHAPES for e in REGISTRY.applicable(make_wgrad(name))]
 
 
 def check_wgrad(name: str, p: plan.WeightGradPlan) -> None:
@@ -239,8 +240,8 @@ def test_weight_gradient_computes_the_gradient(name, kernel):
     check_wgrad(name, wgrad_plan(name, kernel))
 
 
-SPLIT_CASES = [(name, kernel, split_steps) for name in SPLIT_SHAPES
-               for kernel in candidates.kernels_for(make_wgrad(name), TAB) for split_steps in (2,)]
+SPLIT_CASES = [(name, e.name, split_steps) for name in SPLIT_SHAPES
+               for e in REGISTRY.applicable(make_wgrad(name)) for split_steps in (2,)]
 
 
 @pytest.mark.parametrize("name, kernel, split_steps", SPLIT_CASES, ids=[f"{n}-{k}" for n, k, _ in SPLIT_CASES])
@@ -308,7 +309,7 @@ def test_a_tma_store_reaching_into_the_next_group_is_caught(monkeypatch):
     problem = make_wgrad("groups2")
     good = wgrad_plan("groups2", "bwd_weight_gather")
     assert dict(good.constexprs)["TMA_STORE"] is False
-    monkeypatch.setattr(plan, "weight_tma_store_issue", lambda *args: None)
+    monkeypatch.setattr(plan.weight_grad, "weight_tma_store_issue", lambda *args: None)
     bad = wgrad_plan("groups2", "bwd_weight_gather")
     assert dict(bad.constexprs)["TMA_STORE"] is True
     operands = random_operands(problem, "cpu", seed=4)

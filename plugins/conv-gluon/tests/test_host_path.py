@@ -11,7 +11,8 @@ import torch
 from conv_core.launch_site import LaunchSite
 from conv_core.problem import ConvProblem
 from conv_core.reference import random_operands
-from conv_gluon import configs, launch, plan
+from conv_gluon.registry import REGISTRY
+from conv_gluon import configs, launch, plans as plan
 from torch.overrides import TorchFunctionMode
 
 TAB = configs.table("sm_90")
@@ -68,7 +69,7 @@ def _run(name: str):
                               layout="channels_last")
     make = {"fwd": plan.make_plan, "bwd_data": plan.make_bwd_data_plan,
             "bwd_weight": plan.make_bwd_weight_plan}[problem.direction]
-    p = make(problem, kernel, configs.select(TAB, plan.KERNELS[kernel], problem), TAB)
+    p = make(problem, kernel, configs.select(TAB, REGISTRY.family_of(kernel), problem), TAB)
     return problem, p, launch.runner(problem, p)
 
 

@@ -1,11 +1,12 @@
-"""Plans (:mod:`conv_gluon.plan`): kernel arguments, descriptors, the weight matrix, input modes, support
+"""Plans (:mod:`conv_gluon.plans`): kernel arguments, descriptors, the weight matrix, input modes, support
 checks and the compile-time specialization, from problems alone."""
 
 from __future__ import annotations
 
 import pytest
 from conv_core.problem import ConvProblem
-from conv_gluon import configs, plan, specialization
+from conv_gluon.registry import REGISTRY
+from conv_gluon import configs, plans as plan, specialization
 from conv_gluon.kernels.codes import A_MODES, ACTIVATIONS
 
 TAB = configs.table("sm_90")
@@ -18,7 +19,7 @@ def problem(**fields) -> ConvProblem:
 
 
 def make(p: ConvProblem, kernel: str) -> plan.Plan:
-    return plan.make_plan(p, kernel, configs.select(TAB, plan.KERNELS[kernel], p), TAB)
+    return plan.make_plan(p, kernel, configs.select(TAB, REGISTRY.family_of(kernel), p), TAB)
 
 
 def test_scalars_are_dense_nhwc_geometry():
@@ -165,7 +166,7 @@ def test_data_gradient_plan():
 
 
 def wgrad(p: ConvProblem, kernel: str, **kw) -> plan.WeightGradPlan:
-    return plan.make_bwd_weight_plan(p, kernel, configs.select(TAB, plan.KERNELS[kernel], p), TAB, **kw)
+    return plan.make_bwd_weight_plan(p, kernel, configs.select(TAB, REGISTRY.family_of(kernel), p), TAB, **kw)
 
 
 def test_weight_gradient_scalars_and_descriptors():

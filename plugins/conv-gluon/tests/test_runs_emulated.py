@@ -10,7 +10,8 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
-from conv_gluon import configs, launch, plan
+from conv_gluon.registry import REGISTRY
+from conv_gluon import configs, launch, plans as plan
 
 import emulator
 
@@ -76,7 +77,7 @@ def test_a_run_hands_its_launches_the_right_tensors(name, monkeypatch):
                               layout="channels_last")
     make = {"fwd": plan.make_plan, "bwd_data": plan.make_bwd_data_plan,
             "bwd_weight": plan.make_bwd_weight_plan}[problem.direction]
-    config = configs.select(TAB, plan.KERNELS[kernel], problem)
+    config = configs.select(TAB, REGISTRY.family_of(kernel), problem)
     if "split" in name:  # a split small enough to replay: one k-step per split
         p = plan.make_bwd_weight_plan(problem, kernel, config, TAB, split_steps=1)
         assert p.split and p.dy_channels != p.out_channels

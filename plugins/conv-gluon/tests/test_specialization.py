@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 from conv_core.problem import ConvProblem, torch_dtype
-from conv_gluon import configs, descriptors, launch, plan, specialization
+from conv_gluon.registry import REGISTRY
+from conv_gluon import configs, descriptors, launch, plans as plan, specialization
 from conv_gluon.kernels.bwd_weight import conv_bwd_weight, sum_splits
 from conv_gluon.kernels.fwd import conv_fwd
 from triton.backends.compiler import GPUTarget
@@ -26,7 +27,7 @@ def problem(direction: str = "fwd", **fields) -> ConvProblem:
 
 
 def make(p: ConvProblem, kernel: str, config: configs.TileConfig | None = None):
-    config = config or configs.select(TAB, plan.KERNELS[kernel], p)
+    config = config or configs.select(TAB, REGISTRY.family_of(kernel), p)
     return {"fwd": plan.make_plan, "bwd_data": plan.make_bwd_data_plan,
             "bwd_weight": plan.make_bwd_weight_plan}[p.direction](p, kernel, config, TAB)
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.sweep import layer_key
-from conv_gluon import aot, candidates, configs, plan, sweep
+from conv_gluon.registry import REGISTRY
+from conv_gluon import aot, candidates, configs, sweep
 
 CUDA = torch.device("cuda")  # only its type is read
 TAB = configs.table("sm_90")
@@ -21,7 +22,7 @@ def problem(direction: str = "fwd", **fields) -> ConvProblem:
     return ConvProblem("fwd", **{**base, **fields}).with_direction(direction)
 
 
-@pytest.mark.parametrize("family", configs.FAMILIES)
+@pytest.mark.parametrize("family", configs.families())
 def test_every_family_has_a_space_that_parses_and_is_compiled_ahead_of_time(family):
     space = sweep.space_configs("sm_90", family)
     assert space, family
@@ -32,11 +33,11 @@ def test_every_family_has_a_space_that_parses_and_is_compiled_ahead_of_time(fami
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_weight"])
 def test_trials_are_each_applicable_kernel_with_its_table_choice_and_the_space(direction):
     p = problem(direction)
-    trials = sweep.GluonSpace().trials(p, CUDA, frozenset(configs.FAMILIES))
-    kernels = candidates.kernels_for(p, TAB)
+    trials = sweep.GluonSpace().trials(p, CUDA, frozenset(configs.families()))
+    kernels = [e.name for e in REGISTRY.applicable(p)]
     assert {t.kernel for t in trials} == set(kernels)
     for kernel in kernels:
-        family = plan.KERNELS[kernel]
+        family = REGISTRY.family_of(kernel)
         tried = [configs.TileConfig.from_dict(t.raw, family) for t in trials if t.kernel == kernel]
         assert len(tried) == len(set(tried))
         assert configs.select(TAB, family, p) in tried
@@ -47,8 +48,8 @@ def test_trials_are_each_applicable_kernel_with_its_table_choice_and_the_space(d
 
 def test_no_trials_where_the_backend_declines_or_the_family_is_not_selected():
     space = sweep.GluonSpace()
-    assert space.trials(problem(layout="channels_first"), CUDA, frozenset(configs.FAMILIES)) == []
-    assert space.trials(problem(), torch.device("cpu"), frozenset(configs.FAMILIES)) == []
+    assert space.trials(problem(layout="channels_first"), CUDA, frozenset(configs.families())) == []
+    assert space.trials(problem(), torch.device("cpu"), frozenset(configs.families())) == []
     assert space.trials(problem(), CUDA, frozenset({"bwd_weight_box"})) == []
 
 
@@ -74,6 +75,6 @@ def test_configurations_are_powers_of_two():
 
 
 def test_as_dict_round_trips():
-    for family in configs.FAMILIES:
+    for family in configs.families():
         for config in TAB.configs(family):
             assert configs.TileConfig.from_dict(config.as_dict(), family) == config

@@ -136,36 +136,6 @@ def test_epilogue_bytes():
     assert tiling.epilogue_bytes(256, 128, 2, tma_store=False, staged=False) == 0
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_data_gradient_phases_match_the_definition(seed):
-    """Every (dx element, tap, dy element) of the data gradient appears in exactly one phase, as the phase's
-    stride-1 correlation reads it: p = i - pad' + t * dil'."""
-    import random
-
-    rng = random.Random(seed)
-    for _ in range(300):
-        size, k, stride, dil, pad = rng.randint(1, 13), rng.randint(1, 5), rng.randint(1, 4), rng.randint(1, 3), \
-            rng.randint(0, 5)
-        for phase in range(stride):
-            axis = tiling.phase_axis(phase, size, k, stride, pad, dil)
-            assert axis.size == len(range(phase, size, stride))
-            for i in range(axis.size):
-                h = phase + stride * i
-                wanted = sorted((r, (h + pad - r * dil) // stride) for r in range(k)
-                                if (h + pad - r * dil) % stride == 0)
-                got = sorted((r, i - axis.pad + t * axis.dil) for t, r in enumerate(axis.taps))
-                assert got == wanted, (size, k, stride, dil, pad, phase, i)
-
-
-def test_phases_of_a_1x1_stride_2_have_one_tap():
-    g = tiling.Geometry.of(ConvProblem("fwd", 1, 4, 4, (9, 8), 1, 2, 0, 1))
-    phases = tiling.data_gradient_phases(g)
-    assert [(ph.phase, pw.phase) for ph, pw in phases] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert [(len(ph.taps), len(pw.taps)) for ph, pw in phases] == [(1, 1), (1, 0), (0, 1), (0, 0)]
-    pg = tiling.phase_geometry(g, *phases[0])
-    assert (pg.h, pg.w, pg.p, pg.q, pg.r, pg.s, pg.cin, pg.cout) == (5, 4, 5, 4, 1, 1, 4, 4)
-
-
 @pytest.mark.parametrize("cout, strides, offset, size, direct", [
     (64, (4096, 512, 64), 0, 2, True),
     (120, (4096, 960, 120), 0, 2, False),  # 120 channels: Triton cannot pair the stores

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conv_core.weight_cache import DerivedWeightCache
 from conv_gluon import weights
-from conv_gluon.plan import WeightMatrix
+from conv_gluon.plans import WeightMatrix
 
 
 def weight(k=6, c=5, r=3, s=2, dtype=torch.bfloat16, seed=0) -> torch.Tensor:

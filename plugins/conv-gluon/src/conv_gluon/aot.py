@@ -2,7 +2,7 @@
 
 ``python -m conv_gluon.aot [--jobs N] [--json PATH]`` compiles each specialization the tables can launch
 (:func:`jobs`) through ``GluonASTSource`` for ``GPUTarget("cuda", 90, 32)``, with the arguments
-:mod:`conv_gluon.plan` gives a launch, specialized as the JIT will (:mod:`conv_gluon.specialization`), and
+:mod:`conv_gluon.plans` gives a launch, specialized as the JIT will (:mod:`conv_gluon.specialization`), and
 reads the facts that decide whether it can run well (:func:`facts`):
 
 - ``wgmma`` issued asynchronously: ``wgmma.mma_async`` and ``wgmma.wait_group 1`` in the PTX (one MMA left in
@@ -53,7 +53,8 @@ from conv_core.aot import compile_all, ptxas_stats
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
 
-from . import configs, plan, specialization, sweep, tiling
+from . import configs, plans, specialization, sweep, tiling
+from .registry import REGISTRY
 
 TARGET = "sm_90"
 
@@ -165,7 +166,7 @@ def representative_problem(job: Job, config: configs.TileConfig) -> ConvProblem 
         cout = 2 * config.block_n - (3 if job.dtype == "float16" else 0)
         problem = ConvProblem("fwd", in_channels=cin, out_channels=cout, dtype=job.dtype, out_dtype=out_dtype,
                               layout="channels_last", arch=TARGET, **fields)
-    if plan.kernel_issue(problem, job.kernel, config, configs.table(TARGET)) is not None:
+    if plans.kernel_issue(problem, job.kernel, config, configs.table(TARGET)) is not None:
         return None
     if job.shape.startswith("box") and job.kernel not in ("fwd_box", "fwd_rows_box"):
         return None
@@ -186,7 +187,7 @@ def weight_grad_problem(job: Job, config: configs.TileConfig) -> ConvProblem | N
     problem = ConvProblem("fwd", in_channels=cin * groups, out_channels=(2 * config.block_m - 8) * groups,
                           groups=groups, dtype=job.dtype, layout="channels_last", arch=TARGET,
                           **fields).with_direction("bwd_weight")
-    if plan.kernel_issue(problem, job.kernel, config, configs.table(TARGET)) is not None:
+    if plans.kernel_issue(problem, job.kernel, config, configs.table(TARGET)) is not None:
         return None
     if job.shape.startswith("wg-box") and not job.kernel.endswith("_box"):
         return None
@@ -198,7 +199,7 @@ def jobs() -> list[Job]:
     tab = configs.table(TARGET)
     found = []
     for mode, (kernel, _) in MODES.items():
-        shipped = compiled_configs(plan.KERNELS[kernel])
+        shipped = compiled_configs(REGISTRY.family_of(kernel))
         shapes = WGRAD_SHAPES if mode.startswith("wgrad") else SHAPES
         for config in shipped:
             two_dtypes = mode in ("cp_async", "tma_box", "tma_rows", "wgrad_cp_async", "wgrad_box", "wgrad_rows")
@@ -230,18 +231,16 @@ def compiled_configs(family: str) -> tuple[configs.TileConfig, ...]:
 
 
 def find_config(kernel: str, name: str) -> configs.TileConfig:
-    return next(c for c in compiled_configs(plan.KERNELS[kernel]) if c.name == name)
+    return next(c for c in compiled_configs(REGISTRY.family_of(kernel)) if c.name == name)
 
 
-def job_plan(job: Job) -> tuple[ConvProblem, plan.Plan | plan.WeightGradPlan]:
-    """The job's problem and the launch it compiles."""
+def job_plan(job: Job) -> tuple[ConvProblem, plans.Plan | plans.WeightGradPlan]:
+    """The job's problem and the launch it compiles (the data gradient's: its last phase's)."""
     config = find_config(job.kernel, job.config)
     problem = representative_problem(job, config)
-    if problem.direction == "bwd_weight":
-        return problem, plan.make_bwd_weight_plan(problem, job.kernel, config, configs.table(TARGET))
-    if problem.direction == "bwd_data":
-        return problem, plan.make_bwd_data_plan(problem, job.kernel, config, configs.table(TARGET)).phases[-1].plan
-    return problem, plan.make_plan(problem, job.kernel, config, configs.table(TARGET))
+    entry = REGISTRY[job.kernel]
+    p = entry.plan(problem, entry, config, configs.table(TARGET))
+    return problem, p.phases[-1].plan if problem.direction == "bwd_data" else p
 
 
 # ---- compiling and reading the output -----------------------------------------------------------------
@@ -275,11 +274,11 @@ def facts(ptx: str, sass: str, ptxas_log: str) -> dict:
     return found
 
 
-def compile_plan(p: plan.Plan | plan.WeightGradPlan, dtypes: dict[str, str]):
+def compile_plan(p: plans.Plan | plans.WeightGradPlan, dtypes: dict[str, str]):
     """Compile one plan's kernel for sm_90a as the JIT specializes it; return ``(compiled kernel, facts)``."""
     from . import descriptors
 
-    if isinstance(p, plan.WeightGradPlan):
+    if isinstance(p, plans.WeightGradPlan):
         from .kernels.bwd_weight import conv_bwd_weight as kernel
     else:
         from .kernels.fwd import conv_fwd as kernel
@@ -287,7 +286,7 @@ def compile_plan(p: plan.Plan | plan.WeightGradPlan, dtypes: dict[str, str]):
     return _compile(kernel, signature, constexprs, attrs, dict(num_warps=p.num_warps, maxnreg=p.maxnreg))
 
 
-def compile_sum(p: plan.WeightGradPlan):
+def compile_sum(p: plans.WeightGradPlan):
     """Compile the weight gradient's second stage for ``p`` for sm_90a; return ``(compiled kernel, facts)``."""
     from .kernels.bwd_weight import sum_splits
 

@@ -8,20 +8,31 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 from dataclasses import dataclass
-from importlib import resources
 
+from conv_core.kit import tables
+from conv_core.kit.tables import Bucket, PackageData
 from conv_core.problem import ConvProblem
-from conv_core.sweep import layer_key, read_swept
 
-#: Kernel families with tables: one per candidate kernel (their producers leave the consumer different
-#: register budgets, so their largest tiles differ).
-FAMILIES = ("fwd_gather", "fwd_box", "fwd_rows_box", "bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")
+#: The package's ``data/``: ``configs.json``, the sweep's space and winners, the shipped tuning tables.
+DATA = PackageData("conv_gluon", "gluon")
 
-#: Families of the weight-gradient kernel (``kernels/bwd_weight.py``): their tiles are read differently.
-WEIGHT_GRAD_FAMILIES = ("bwd_weight_gather", "bwd_weight_box", "bwd_weight_rows_box")
+
+def families() -> tuple[str, ...]:
+    """Kernel families with tables, one per kernel of :mod:`conv_gluon.registry` but the data gradient's (it
+    takes the forward's): their producers leave the consumer different register budgets, so their largest tiles
+    differ."""
+    from .registry import REGISTRY
+
+    return REGISTRY.families()
+
+
+def weight_grad_families() -> tuple[str, ...]:
+    """Families of the weight-gradient kernel (``kernels/bwd_weight.py``): their tiles are read differently."""
+    from .registry import REGISTRY
+
+    return tuple(dict.fromkeys(e.family for e in REGISTRY.for_direction("bwd_weight")))
 
 #: float32 accumulator tiles per consumer thread, per family: one, but three for the units of a filter column
 #: (one per filter row).
@@ -77,7 +88,7 @@ class TileConfig:
         need(tiles * self.block_m * self.block_n // (32 * self.num_warps) <= MAX_ACCUMULATOR_REGISTERS,
              f"the float32 accumulator{'s' if tiles > 1 else ''} must stay within "
              f"{MAX_ACCUMULATOR_REGISTERS} registers per consumer thread")
-        if family in WEIGHT_GRAD_FAMILIES:
+        if family in weight_grad_families():
             self._check_weight_grad()
         else:
             self._check_forward()
@@ -121,20 +132,6 @@ class TileConfig:
         """Stable short name, part of the kernel id: ``m128n256k64s4w8g8``."""
         return (f"m{self.block_m}n{self.block_n}k{self.block_k}s{self.stages}w{self.num_warps}"
                 f"g{self.group_m}")
-
-
-@dataclass(frozen=True)
-class Bucket:
-    when: dict
-    config: TileConfig
-
-    def matches(self, view: dict[str, int], dtype: str) -> bool:
-        w = self.when
-        return ((w.get("max_m") is None or view["m"] <= w["max_m"])
-                and (w.get("max_n") is None or view["n"] <= w["max_n"])
-                and (w.get("max_red") is None or view["red"] <= w["max_red"])
-                and (w.get("n_multiple_of") is None or view["n"] % w["n_multiple_of"] == 0)
-                and (w.get("dtypes") is None or dtype in w["dtypes"]))
 
 
 @dataclass(frozen=True)
@@ -192,34 +189,21 @@ class ArchTable:
 
     def configs(self, family: str) -> tuple[TileConfig, ...]:
         """Every configuration the table can give ``family`` (buckets, then swept layers), each once."""
-        found = [b.config for b in self.families[family]] + list(self.layers.get(family, {}).values())
-        return tuple(dict.fromkeys(found))
-
-
-@functools.cache
-def _raw() -> dict:
-    return json.loads(resources.files("conv_gluon").joinpath("data/configs.json").read_text())
+        return tables.distinct_configs(self.families[family], self.layers.get(family, {}))
 
 
 def table_names() -> tuple[str, ...]:
-    return tuple(_raw()["archs"])
+    return tuple(DATA.json()["archs"])
 
 
 @functools.cache
 def table(name: str) -> ArchTable:
     """The table of architecture ``name``, checked."""
-    entry = _raw()["archs"][name]
-    families = {}
-    for family in FAMILIES:
-        buckets = []
-        for raw in entry["families"][family]:
-            unknown = set(raw.get("when", {})) - set(CONDITIONS)
-            if unknown:
-                raise ValueError(f"configs.json {name}.{family}: unknown conditions {sorted(unknown)}")
-            buckets.append(Bucket(raw.get("when", {}), TileConfig.from_dict(raw["config"], family)))
-        if not buckets or buckets[-1].when:
-            raise ValueError(f"configs.json {name}.{family}: the last bucket must have no condition")
-        families[family] = tuple(buckets)
+    entry = DATA.json()["archs"][name]
+    by_family = {family: tables.read_buckets(entry["families"][family],
+                                             functools.partial(TileConfig.from_dict, family=family),
+                                             f"configs.json {name}.{family}", CONDITIONS)
+                 for family in families()}
     producers = {mode: Producer(**entry["producers"][mode]) for mode in A_MODES}
     widths = tuple(entry["box_widths"])
     wide = entry.get("box_widths_wide", {"min_block_n": 1 << 30, "widths": widths})
@@ -228,25 +212,18 @@ def table(name: str) -> ArchTable:
         raise ValueError(f"configs.json {name}: box widths {widths}, {wide[1]} must be multiples of 8")
     regs = entry["registers"]
     return ArchTable(name, bool(entry["measured"]), int(entry["num_sms"]), int(regs["per_sm"]),
-                     int(regs["max_per_thread"]), producers, widths, wide, families, entry["efficiency"],
+                     int(regs["max_per_thread"]), producers, widths, wide, by_family, entry["efficiency"],
                      _weight_grad_limits(name, entry["bwd_weight"]), _swept_layers(name))
-
-
-def swept_path(name: str):
-    """Where the offline sweep's measured exact-layer winners for ``name`` live (``data/swept/<name>.json``)."""
-    return resources.files("conv_gluon").joinpath(f"data/swept/{name}.json")
 
 
 def _swept_layers(name: str) -> dict[str, dict[str, TileConfig]]:
     """The sweep's winners for architecture ``name`` (none until it was swept), checked like the buckets."""
-    swept = read_swept(swept_path(name))
-    if not swept.get("measured"):
-        return {}
-    unknown = sorted(set(swept["layers"]) - set(FAMILIES))
+    swept = DATA.swept_layers(name)
+    unknown = sorted(set(swept) - set(families()))
     if unknown:
         raise ValueError(f"data/swept/{name}.json: unknown families {unknown}")
     return {family: {key: TileConfig.from_dict(raw, family) for key, raw in entries.items()}
-            for family, entries in swept["layers"].items()}
+            for family, entries in swept.items()}
 
 
 def _weight_grad_limits(name: str, raw: dict) -> WeightGradLimits:
@@ -266,7 +243,7 @@ def _weight_grad_limits(name: str, raw: dict) -> WeightGradLimits:
 def table_for(arch: str) -> ArchTable | None:
     """The table of ``arch`` (``sm_90a`` reads ``sm_90``'s), or None if the plugin has none."""
     name = arch[:-1] if arch.endswith("a") else arch
-    return table(name) if name in _raw()["archs"] else None
+    return table(name) if name in DATA.json()["archs"] else None
 
 
 def gemm_view(problem: ConvProblem) -> dict[str, int]:
@@ -286,12 +263,7 @@ def gemm_view(problem: ConvProblem) -> dict[str, int]:
 
 
 def select(tab: ArchTable, family: str, problem: ConvProblem) -> TileConfig:
-    """The configuration for ``problem``: its measured exact-layer entry, else the first bucket that matches."""
-    exact = tab.layers.get(family, {}).get(layer_key(problem))
-    if exact is not None:
-        return exact
-    view = gemm_view(problem)
-    for bucket in tab.families[family]:
-        if bucket.matches(view, problem.dtype):
-            return bucket.config
-    raise AssertionError("unreachable: the last bucket matches everything")
+    """The configuration for ``problem`` (:func:`conv_core.kit.tables.select`): its measured exact-layer entry,
+    else the same layer's at the nearest batch and image size (a kernel already compiled), else the first
+    bucket that matches its GEMM view."""
+    return tables.select(tab.families[family], tab.layers.get(family, {}), problem, lambda: gemm_view(problem))

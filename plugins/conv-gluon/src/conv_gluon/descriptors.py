@@ -1,4 +1,4 @@
-"""TMA descriptors from :class:`~conv_gluon.plan.TensorMap`s: for a launch (on a tensor) and for the compile
+"""TMA descriptors from :class:`~conv_gluon.plans.TensorMap`s: for a launch (on a tensor) and for the compile
 checks (their type string). Imports Gluon, so only the launch and the compile checks import this module."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import mangle_type
 
-from .plan import TensorMap
+from .plans import TensorMap
 
 #: Gluon element types of the dtypes a descriptor may hold.
 GL_DTYPE = {"float16": gl.float16, "bfloat16": gl.bfloat16, "float32": gl.float32}

@@ -26,7 +26,7 @@ from conv_core.problem import ConvProblem, torch_dtype
 from conv_core.layout import dense_strides, empty_strided_for, is_dense_in
 
 from . import weights
-from .plan import TMA_ALIGN, DataGradPlan, Plan, WeightGradPlan
+from .plans import TMA_ALIGN, DataGradPlan, Plan, WeightGradPlan, forward, weight_grad
 from .specialization import role_dtypes
 
 LAYOUT = "channels_last"
@@ -59,6 +59,12 @@ def _on(device: torch.device):
     if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
         return torch.cuda.device(device)
     return contextlib.nullcontext()
+
+
+def _by_role(pointers: dict[str, str], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A launch's tensor arguments by parameter from ``tensors`` by role (the plan's ``POINTERS``, as
+    :meth:`conv_core.kit.launch.Launch.bind` binds them)."""
+    return {name: tensors[role] for name, role in pointers.items()}
 
 
 def _index(device: torch.device) -> int:
@@ -112,7 +118,7 @@ class ForwardRun(_Run):
         matrix = weights.descriptor_base(w, self.plan.weight, self.strides[1])
         bias = result if bias is None else _aligned(bias)  # (read only with HAS_BIAS)
         with _on(x.device):
-            self.sites(x.device)(dict(x=x, x_hi=x, w_desc=matrix, bias_ptr=bias, y_ptr=result, y_desc=result))
+            self.sites(x.device)(_by_role(forward.POINTERS, dict(a=x, weight=matrix, bias=bias, out=result)))
         return result
 
 
@@ -146,7 +152,7 @@ class DataGradRun(_Run):
         matrices = weights.phase_matrices(w, self.problem.groups, self.forms)
         with _on(dy.device):
             for site, matrix in zip(self.sites(dy.device), matrices):
-                site(dict(x=dy, x_hi=dy, w_desc=matrix, bias_ptr=result, y_ptr=result, y_desc=result))
+                site(_by_role(forward.POINTERS, dict(a=dy, weight=matrix, bias=result, out=result)))
         return result
 
 
@@ -191,9 +197,10 @@ class WeightGradRun(_Run):
             if plan.split else result
         units, total = self.sites(x.device)
         with _on(x.device):
-            units(dict(dy_desc=dy_base, x=x, out_ptr=target, out_desc=target))
+            roles = dict(dy=dy_base, a=x, target=target, out=result)
+            units(_by_role(weight_grad.POINTERS, roles))
             if total is not None:
-                total(dict(ws_ptr=target, out_ptr=result))
+                total(_by_role(weight_grad.SUM_POINTERS, roles))
         return result
 
 

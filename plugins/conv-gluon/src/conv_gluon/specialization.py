@@ -15,7 +15,7 @@ from __future__ import annotations
 from conv_core.aot import specialize
 from conv_core.problem import ConvProblem
 
-from .plan import Plan, TensorMap, WeightGradPlan
+from .plans import Plan, TensorMap, WeightGradPlan
 
 #: Triton's names of the pointer element types.
 TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}

@@ -12,34 +12,36 @@ candidates lose the ``experimental`` tag.
 
 from __future__ import annotations
 
-import json
+import functools
 import sys
-from importlib import resources
 
 import torch
 from conv_core import sweep
 from conv_core.problem import ConvProblem
 
-from . import candidates, configs, plan
-
-
-def _space() -> dict:
-    return json.loads(resources.files("conv_gluon").joinpath("data/sweep_space.json").read_text())
+from . import candidates, configs
 
 
 def space_configs(arch: str, family: str) -> list[configs.TileConfig]:
     """``family``'s configurations in ``arch``'s sweep space (none where it has no space); the
     ahead-of-time compile checks take them from here too."""
-    return [configs.TileConfig.from_dict(raw, family) for raw in _space()["archs"].get(arch, {}).get(family, ())]
+    space = configs.DATA.json("sweep_space.json")["archs"].get(arch, {})
+    return [configs.TileConfig.from_dict(raw, family) for raw in space.get(family, ())]
 
 
 class GluonSpace:
-    """The sweep space of conv-gluon (see :class:`conv_core.sweep.Space`)."""
+    """The sweep space of conv-gluon (see :class:`conv_core.sweep.Space`): every family of the registry."""
 
     package = "conv_gluon"
-    families = configs.FAMILIES
-    default_suites = {"sd_vae_decoder:1": configs.FAMILIES, "retinanet_head:2": configs.FAMILIES}
     layouts = ("nhwc",)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return configs.families()
+
+    @property
+    def default_suites(self) -> dict[str, tuple[str, ...]]:
+        return {"sd_vae_decoder:1": self.families, "retinanet_head:2": self.families}
 
     def trials(self, problem: ConvProblem, device: torch.device, families: frozenset[str]):
         """Each applicable kernel of ``families`` with every configuration of the space, and with the one
@@ -48,19 +50,17 @@ class GluonSpace:
             return []
         tab = configs.table_for(problem.arch)
         trials = []
-        for kernel in candidates.kernels_for(problem, tab):
-            family = plan.KERNELS[kernel]
-            if family not in families:
+        for entry in candidates.kernels_for(problem):
+            if entry.family not in families:
                 continue
-            tried = [configs.select(tab, family, problem), *space_configs(tab.name, family)]
+            tried = [configs.select(tab, entry.family, problem), *space_configs(tab.name, entry.family)]
             for config in dict.fromkeys(tried):
-                trials.append(sweep.Trial(family, kernel, config.as_dict(),
-                                          lambda kernel=kernel, config=config: candidates.candidate(
-                                              problem, kernel, config, tab)))
+                trials.append(sweep.Trial(entry.family, entry.name, config.as_dict(),
+                                          functools.partial(candidates.candidate, problem, entry.name, config, tab)))
         return trials
 
     def swept_path(self, arch: str):
-        return configs.swept_path(arch)
+        return configs.DATA.swept_path(arch)
 
 
 def main(argv=None) -> int:

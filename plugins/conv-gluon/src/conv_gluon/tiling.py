@@ -1,7 +1,7 @@
 """The arithmetic of tiles, persistent programs, register budgets and shared memory: no tensors, no Gluon.
 
 Everything here is plain Python on a :class:`Geometry` (the problem as a per-group 2D convolution), so the
-CPU tests can check it exhaustively; :mod:`conv_gluon.plan` turns it into kernel arguments. Where a kernel
+CPU tests can check it exhaustively; :mod:`conv_gluon.plans` turns it into kernel arguments. Where a kernel
 repeats a computation (the tile order, ``kernels/common.py``), the function here is its twin.
 """
 
@@ -255,51 +255,6 @@ def fitting_tall_stages(block_m: int, block_n: int, block_k: int, stages: int, e
         else:
             break
     return stages, boxes
-
-
-# ---- the data gradient as forward convolutions, one per stride phase ----------------------------------------
-
-
-@dataclass(frozen=True)
-class PhaseAxis:
-    """One axis of a stride phase of the data gradient.
-
-    ``dx[h]`` for ``h = phase + stride * i`` sums ``dy[p] w[r]`` over the taps ``r`` with
-    ``(h + pad - r * dil) % stride == 0``, at ``p = (h + pad - r * dil) / stride``. Those taps depend only on
-    the phase: walked in ``taps`` order (descending ``r``) they read ``p = i - pad' + t * dil'``, a forward
-    correlation of ``dy`` at stride 1 with dilation ``dil`` and padding ``pad`` (which may be negative).
-    """
-
-    phase: int
-    size: int  # outputs of the phase along the axis
-    taps: tuple[int, ...]  # filter taps, in the order the phase's convolution walks them
-    dil: int
-    pad: int
-
-
-def phase_axis(phase: int, size: int, filter_size: int, stride: int, pad: int, dil: int) -> PhaseAxis:
-    """The phase ``phase`` of an axis of ``size`` data-gradient elements (see :class:`PhaseAxis`)."""
-    count = cdiv(size - phase, stride) if phase < size else 0
-    taps = tuple(r for r in reversed(range(filter_size)) if (phase + pad - r * dil) % stride == 0)
-    if not taps:
-        return PhaseAxis(phase, count, (), 1, 0)
-    first = (phase + pad - taps[0] * dil) // stride  # exact: the tap qualifies
-    step = taps[0] - taps[1] if len(taps) > 1 else stride // math.gcd(stride, dil)
-    return PhaseAxis(phase, count, taps, step * dil // stride, -first)
-
-
-def phase_geometry(g: Geometry, ph: PhaseAxis, pw: PhaseAxis) -> Geometry:
-    """The forward convolution that computes one stride phase of the data gradient of ``g``: input ``dy``
-    (``g.p x g.q`` pixels, the output channels), output the phase's ``dx`` pixels (the input channels)."""
-    return Geometry(g.batch, g.groups, g.cout, g.cin, g.p, g.q, ph.size, pw.size, len(ph.taps), len(pw.taps),
-                    (1, 1), (ph.pad, pw.pad), (ph.dil, pw.dil))
-
-
-def data_gradient_phases(g: Geometry) -> list[tuple[PhaseAxis, PhaseAxis]]:
-    """Every stride phase of ``g``'s data gradient that has elements (``stride_h x stride_w`` at most)."""
-    rows = [phase_axis(ph, g.h, g.r, g.stride[0], g.pad[0], g.dil[0]) for ph in range(g.stride[0])]
-    cols = [phase_axis(pw, g.w, g.s, g.stride[1], g.pad[1], g.dil[1]) for pw in range(g.stride[1])]
-    return [(ph, pw) for ph in rows for pw in cols if ph.size and pw.size]
 
 
 # ---- the weight gradient: per-tap GEMMs over the pixels, the reduction split --------------------------------

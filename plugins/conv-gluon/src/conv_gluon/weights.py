@@ -25,7 +25,7 @@ import torch
 from conv_core.layout import is_dense_in
 from conv_core.weight_cache import DerivedWeightCache
 
-from .plan import TMA_ALIGN, WeightMatrix
+from .plans import TMA_ALIGN, WeightMatrix
 
 
 def pack(w: torch.Tensor, c_pad: int) -> torch.Tensor:
@@ -55,7 +55,7 @@ def pack_transposed(w: torch.Tensor, groups: int, taps_h: tuple[int, ...], taps_
 
 def _pick_taps(t: torch.Tensor, dim: int, taps: tuple[int, ...]) -> torch.Tensor:
     """``t``'s filter positions ``taps`` along ``dim``, in that order, by a slice (and a flip where they
-    descend): a phase's taps are evenly spaced (``tiling.phase_axis``)."""
+    descend): a phase's taps are evenly spaced (:func:`conv_core.kit.phases.phase_axis`)."""
     ascending = tuple(sorted(taps))
     step = ascending[1] - ascending[0] if len(taps) > 1 else 1
     if step < 1 or ascending != tuple(range(ascending[0], ascending[-1] + 1, step)) or \

@@ -38,7 +38,8 @@ class Launch:
     scalars: tuple[tuple[str, int], ...]
     constexprs: tuple[tuple[str, object], ...]
     num_warps: int
-    num_stages: int = 1
+    #: None: the compiler's default, no ``num_stages`` option passed (Gluon kernels pipeline by hand)
+    num_stages: int | None = 1
     #: compile options beyond warps and stages (``maxnreg``)
     extra_options: tuple[tuple[str, object], ...] = ()
     descriptors: tuple[tuple[str, object], ...] = ()
@@ -50,7 +51,8 @@ class Launch:
     @property
     def options(self) -> dict[str, object]:
         """The launch's compile options, as the JIT takes them."""
-        return dict(num_warps=self.num_warps, num_stages=self.num_stages, **dict(self.extra_options))
+        stages = {} if self.num_stages is None else {"num_stages": self.num_stages}
+        return dict(num_warps=self.num_warps, **stages, **dict(self.extra_options))
 
     @property
     def values(self) -> dict[str, object]:
@@ -79,12 +81,14 @@ class Launch:
 
 
 def make_launch(kernel, grid: Iterable[int], pointers: Mapping[str, str], scalars: Mapping[str, int],
-                constexprs: Mapping[str, object], num_warps: int, num_stages: int = 1, **extra) -> Launch:
+                constexprs: Mapping[str, object], num_warps: int, num_stages: int | None = 1, **extra) -> Launch:
     """A :class:`Launch` from dicts, its arguments checked against the kernel's parameters here, on the host:
     Triton's interpreter ignores an unknown keyword that the compiled launch rejects. ``extra``: ``maxnreg``,
-    and ``descriptors`` (a dict)."""
+    and ``descriptors`` (a dict). A kernel may declare a launch option as a parameter (a Gluon kernel's
+    ``num_warps``): the option fills it."""
     descriptors = extra.pop("descriptors", {})
-    given = [*pointers, *scalars, *constexprs]
+    options = {"num_warps", *({"num_stages"} if num_stages is not None else ()), *extra}
+    given = [*pointers, *scalars, *constexprs, *(name for name in kernel.arg_names if name in options)]
     if sorted(given) != sorted(kernel.arg_names):
         raise TypeError(f"{kernel.__name__}: arguments {sorted(set(given) ^ set(kernel.arg_names))} do not match "
                         "its parameters")
