@@ -63,15 +63,15 @@ def phased_issue(problem: ConvProblem) -> str | None:
     return general_issue(problem)
 
 
-def few_channels_issue(kernel: str):
-    """``applies`` of a few-channel kernel: offered where :func:`~conv_rdna.plans.few_channels.few_channels_kernels`
-    names it."""
+def few_channels_issue(kernel: str, few: str):
+    """``applies`` of a few-channel kernel for layers of ``few`` ("input" or "output") channels: offered where
+    :func:`~conv_rdna.plans.few_channels.few_channels_kernels` names it."""
 
     def issue(problem: ConvProblem) -> str | None:
         if kernel in few_channels.few_channels_kernels(problem):
             return general_issue(problem)
-        return (f"needs at most {few_channels.FEW_CHANNELS} {'input' if '_in' in kernel else 'output'} channels "
-                "per group and a filter and stride it serves")
+        return (f"needs at most {few_channels.FEW_CHANNELS} {few} channels per group (and a filter and stride "
+                "it serves)")
     return issue
 
 
@@ -94,9 +94,10 @@ def _entry(name: str, family: str, directions: tuple[str, ...], plan, estimate=N
     return KernelEntry(name, family, directions, summary, plan, estimate, **fields)
 
 
-def _few(name: str, directions: tuple[str, ...], plan, estimate=None, *, summary: str) -> KernelEntry:
-    """A few-channel kernel: its own family, offered where :func:`few_channels_issue` allows."""
-    return _entry(name, name, directions, plan, estimate, applies=few_channels_issue(name), summary=summary)
+def _few(name: str, few: str, directions: tuple[str, ...], plan, estimate=None, *, summary: str) -> KernelEntry:
+    """A kernel for layers of ``few`` ("input" or "output") channels: its own family, offered where
+    :func:`few_channels_issue` allows."""
+    return _entry(name, name, directions, plan, estimate, applies=few_channels_issue(name, few), summary=summary)
 
 
 def _cf_estimate(family: str):
@@ -153,30 +154,30 @@ CHANNELS_FIRST = (
 
 #: At most 8 input or output channels per group (the layer's, whatever the direction).
 FEW_CHANNELS = (
-    _few("few_channels_in", FWD, few_channels.few_cin, summary=(
+    _few("few_channels_in", "input", FWD, few_channels.few_cin, summary=(
         "at most 8 input channels per group (an RGB stem): an implicit GEMM whose reduction runs over the "
         "flattened (tap, channel) pairs, in steps of a filter row (NHWC) or a channel (NCHW) whose lanes' "
         "offsets are computed once (below). Same epilogue.")),
-    _few("few_channels_out", FWD, few_channels.few_cout, estimates.few_cout, summary=(
+    _few("few_channels_out", "output", FWD, few_channels.few_cout, estimates.few_cout, summary=(
         "at most 8 output channels per group and at most 32 taps (an image output layer): every tap of every "
         "output channel is a column of one GEMM over the input channels, read once per tile; a shift-and-add "
         "gives the output (below). Same epilogue.")),
-    _few("few_channels_in_bwd_weight", BWD_WEIGHT, few_channels.few_channels_bwd_weight, summary=(
+    _few("few_channels_in_bwd_weight", "input", BWD_WEIGHT, few_channels.few_channels_bwd_weight, summary=(
         "at most 8 input channels per group: `M` = output channels, `N` = the flattened (tap, channel) pairs "
         "(147 for the stem, in `few_channels_in`'s order), `K` = batch x output pixels, split and reduced "
         "**deterministically** through a float32 workspace (below).")),
-    _few("few_channels_out_bwd_weight", BWD_WEIGHT, few_channels.few_channels_bwd_weight, summary=(
+    _few("few_channels_out_bwd_weight", "output", BWD_WEIGHT, few_channels.few_channels_bwd_weight, summary=(
         "at most 8 output channels per group and at most 32 taps: `M` = the (output channel, tap) rows (27 "
         "for 3 x 3x3), `N` = input channels, `K` = batch x **input** pixels (the large operand read once, "
         "`dy` gathered), split and reduced deterministically (below).")),
-    _few("few_channels_in_bwd_data", BWD_DATA, few_channels.few_cout, estimates.few_cout, summary=(
+    _few("few_channels_in_bwd_data", "input", BWD_DATA, few_channels.few_cout, estimates.few_cout, summary=(
         "stride 1, at most 8 input channels per group: `few_channels_out`'s kernel on `dy` with the weight "
         "transposed and flipped by strides (below).")),
-    _few("col2im_bwd_data", BWD_DATA, col2im.col2im_bwd_data, summary=(
+    _few("col2im_bwd_data", "input", BWD_DATA, col2im.col2im_bwd_data, summary=(
         "at most 8 input channels per group, any stride, dilation and padding: `Z = dy @ w` over every "
         "(channel, tap) column (`gemm1x1`'s kernel into a float32 workspace), then a gather of `dx` from `Z` "
         "by stride phase, on chunks of images of at most 64 MB of `Z` (below).")),
-    _few("few_channels_out_bwd_data", BWD_DATA, few_channels.few_cin, summary=(
+    _few("few_channels_out_bwd_data", "output", BWD_DATA, few_channels.few_cin, summary=(
         "at most 8 output channels per group, any stride (not dilated and strided): one launch per stride "
         "phase of `few_channels_in`'s kernel on `dy` with the weight transposed and flipped by strides "
         "(below).")),
