@@ -6,9 +6,10 @@ from __future__ import annotations
 import conv_core
 import pytest
 import torch
-from conv_core.candidate import Candidate, Declined, check_candidate
+from conv_core.candidate import Candidate, check_candidate
 from conv_core.estimate import roofline_us
 from conv_core.problem import ConvProblem
+from conv_core.testing.plugin_checks import the_decline
 from conv_core.tuning import read_entries
 from conv_gluon.registry import REGISTRY
 from conv_gluon import candidates, estimates, hooks, toolchain
@@ -28,9 +29,7 @@ def answer(p: ConvProblem, device=CUDA) -> list:
 
 
 def declined(p: ConvProblem, device=CUDA) -> str:
-    items = answer(p, device)
-    assert len(items) == 1 and isinstance(items[0], Declined), items
-    return items[0].reason
+    return the_decline(answer(p, device))
 
 
 def test_backend_loads_through_its_entry_point():

@@ -12,26 +12,15 @@ transposed by the ``wgmma`` (``tnspA``); its second stage must compile without s
 from __future__ import annotations
 
 
-import pytest
-from conv_core.aot import compile_in_subprocess
+from conv_core.testing.plugin_checks import compile_check_tests
 from conv_core.arch import spec
 from conv_gluon.registry import REGISTRY
 from conv_gluon import aot, configs, specialization, sweep
 
 JOBS = aot.jobs()
 
-
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> dict[str, dict]:
-    timeout = max(600, 8 * len(JOBS))  # 1-4 s per job and core
-    return {r["id"]: r for r in compile_in_subprocess("conv_gluon.aot", tmp_path_factory.mktemp("aot"), timeout)}
-
-
-@pytest.mark.parametrize("job", JOBS, ids=[job.id for job in JOBS])
-def test_compiles_cleanly(job, compiled):
-    result = compiled.get(job.id)
-    assert result is not None, f"{job.id} was not compiled"
-    assert aot.problems_of(result) == [], result
+#: one ``python -m conv_gluon.aot`` run (1-4 s per distinct compile and core), one test per job
+compiled, test_compiles_cleanly = compile_check_tests("conv_gluon.aot", JOBS, aot.problems_of, 8, 600)
 
 
 def test_every_shipped_configuration_is_compiled_in_every_mode():
@@ -112,3 +101,14 @@ def test_problems_of_flags_what_it_should():
     summed = dict(ok=True, kind="sum", spill_bytes=0, stack_bytes=0, local_memory=0, sass_local=0, shared=0,
                   shared_limit=232448)
     assert aot.problems_of(summed) == [] and aot.problems_of({**summed, "spill_bytes": 4})
+
+
+def test_each_distinct_specialization_is_compiled_once():
+    """Jobs the JIT specializes alike (a box width a wide tile cannot take, say) share one compile; each keeps its
+    own id and its own plan's expectations."""
+    keys = [aot.specialization_key(job) for job in JOBS]
+    assert len(set(keys)) < len(JOBS)
+    first = {}
+    for key, job in zip(keys, JOBS):
+        first.setdefault(key, job)
+    assert all(aot.planned(job)["id"] == job.id for job in JOBS if first[aot.specialization_key(job)] is not job)

@@ -10,6 +10,7 @@ import torch
 from conv_core.candidate import Candidate
 from conv_core.problem import ConvProblem
 from conv_core.reference import random_operands
+from conv_core.testing.plugin_checks import assert_launch_site_matches_jit
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 pytestmark = pytest.mark.skipif(not HOPPER, reason="the Gluon kernels run on Hopper GPUs only")
@@ -59,12 +60,7 @@ def test_a_captured_candidate_replays_on_new_inputs(name):
 def test_the_launch_site_gives_the_jits_bits(name, monkeypatch):
     problem, offered = _offered(name)
     for c in offered:
-        operands = random_operands(problem, torch.device("cuda"), 1)
-        monkeypatch.setenv("CONV_CORE_JIT_LAUNCH", "1")
-        through_jit = c.run(*operands)
-        monkeypatch.delenv("CONV_CORE_JIT_LAUNCH")
-        c.run(*operands)  # the site's first launch: through the JIT, keeping the compiled kernel
-        assert torch.equal(c.run(*operands), through_jit), c.kernel_id
+        assert_launch_site_matches_jit(c, random_operands(problem, torch.device("cuda"), 1), monkeypatch)
 
 
 def _model() -> torch.nn.Module:

@@ -42,14 +42,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import re
 import sys
 import time
 from dataclasses import asdict, dataclass
 
-from conv_core.aot import compile_all, ptxas_stats
+from conv_core.aot import compile_all, compile_failure, distinct, ptxas_stats, report
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
 
@@ -274,24 +273,41 @@ def facts(ptx: str, sass: str, ptxas_log: str) -> dict:
     return found
 
 
-def compile_plan(p: plans.Plan | plans.WeightGradPlan, dtypes: dict[str, str]):
-    """Compile one plan's kernel for sm_90a as the JIT specializes it; return ``(compiled kernel, facts)``."""
+def _kernel_and_specialization(job: Job) -> tuple[object, tuple[dict, dict, dict], dict, object]:
+    """The kernel a job compiles, its specialization as the JIT makes it ``(signature, constexprs, attrs)``, the
+    compile options, and the plan."""
     from . import descriptors
+    from .kernels.bwd_weight import conv_bwd_weight, sum_splits
+    from .kernels.fwd import conv_fwd
 
-    if isinstance(p, plans.WeightGradPlan):
-        from .kernels.bwd_weight import conv_bwd_weight as kernel
-    else:
-        from .kernels.fwd import conv_fwd as kernel
-    signature, constexprs, attrs = specialization.plan_specialization(p, kernel, dtypes, descriptors.signature)
-    return _compile(kernel, signature, constexprs, attrs, dict(num_warps=p.num_warps, maxnreg=p.maxnreg))
+    problem, p = job_plan(job)
+    if job.mode == SUM_MODE:
+        return sum_splits, specialization.sum_specialization(p, sum_splits), dict(num_warps=p.reduce.num_warps), p
+    kernel = conv_bwd_weight if isinstance(p, plans.WeightGradPlan) else conv_fwd
+    spec_ = specialization.plan_specialization(p, kernel, specialization.role_dtypes(problem, p), descriptors.signature)
+    return kernel, spec_, dict(num_warps=p.num_warps, maxnreg=p.maxnreg), p
 
 
-def compile_sum(p: plans.WeightGradPlan):
-    """Compile the weight gradient's second stage for ``p`` for sm_90a; return ``(compiled kernel, facts)``."""
-    from .kernels.bwd_weight import sum_splits
+def specialization_key(job: Job) -> tuple:
+    """What one compile of ``job`` produces depends on: the kernel, its specialization and options. Jobs with
+    the same key (two geometries the JIT specializes alike) are compiled once (:func:`conv_core.aot.distinct`)."""
+    kernel, (signature, constexprs, attrs), options, _ = _kernel_and_specialization(job)
+    return (kernel.__name__, tuple(signature.items()), tuple(sorted(constexprs.items())),
+            tuple(sorted((k, repr(v)) for k, v in attrs.items())), tuple(sorted(options.items())))
 
-    signature, constexprs, attrs = specialization.sum_specialization(p, sum_splits)
-    return _compile(sum_splits, signature, constexprs, attrs, dict(num_warps=p.reduce.num_warps))
+
+def planned(job: Job) -> dict:
+    """What the plan of ``job`` says its compiled kernel must show (every job's own, compiled or not)."""
+    result = dict(job=asdict(job), id=job.id, shared_limit=spec(TARGET).shared_memory_bytes)
+    _, p = job_plan(job)
+    if job.mode == SUM_MODE:
+        return {**result, "kind": "sum", "splits": p.splits}
+    c = p.config
+    producer = producer_of(job, p.a_mode)
+    return {**result, "kind": "wgrad" if job.weight_grad else "conv", "a_mode": p.a_mode,
+            "planned_maxnreg": p.maxnreg, "planned_threads": 32 * tiling.total_warps(c.num_warps, producer.warps),
+            "stages": p.stages, "staged_epilogue": bool(p.staging_bytes), "in_flight": getattr(p, "in_flight", 1),
+            "tma_store_planned": bool(dict(p.constexprs).get("TMA_STORE")), "shared_bound": p.shared_bound}
 
 
 def _compile(kernel, signature: dict, constexprs: dict, attrs: dict, options: dict):
@@ -309,24 +325,14 @@ def _compile(kernel, signature: dict, constexprs: dict, attrs: dict, options: di
 
 
 def compile_job(job: Job) -> dict:
-    """Compile one job; return its facts (or the error) and what they must be, as a plain dict."""
+    """Compile one job for sm_90a as the JIT specializes it; return its facts (or the error) and what they must
+    be, as a plain dict."""
     started = time.perf_counter()
-    result = dict(job=asdict(job), id=job.id, shared_limit=spec(TARGET).shared_memory_bytes)
+    result = dict(job=asdict(job), id=job.id)
     try:
-        problem, p = job_plan(job)
-        if job.mode == SUM_MODE:
-            compiled, found = compile_sum(p)
-            result.update(ok=True, kind="sum", shared=compiled.metadata.shared, splits=p.splits, **found)
-            result["seconds"] = round(time.perf_counter() - started, 2)
-            return result
-        c = p.config
-        producer = producer_of(job, p.a_mode)
-        result.update(kind="wgrad" if job.weight_grad else "conv", a_mode=p.a_mode, planned_maxnreg=p.maxnreg,
-                      planned_threads=32 * tiling.total_warps(c.num_warps, producer.warps), stages=p.stages,
-                      staged_epilogue=bool(p.staging_bytes), in_flight=getattr(p, "in_flight", 1),
-                      tma_store_planned=bool(dict(p.constexprs).get("TMA_STORE")),
-                      shared_bound=p.shared_bound)
-        compiled, found = compile_plan(p, specialization.role_dtypes(problem, p))
+        result = planned(job)
+        kernel, (signature, constexprs, attrs), options, _ = _kernel_and_specialization(job)
+        compiled, found = _compile(kernel, signature, constexprs, attrs, options)
         result.update(ok=True, shared=compiled.metadata.shared, **found)
     except Exception as exc:  # reported per job; the test fails on it
         result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:3000])
@@ -334,10 +340,24 @@ def compile_job(job: Job) -> dict:
     return result
 
 
+def compile_distinct(job_list: list[Job], workers: int) -> list[dict]:
+    """Every job's result, each distinct specialization compiled once: a job that compiles the same code as an
+    earlier one gets that compile's facts with its own plan's expectations (:func:`planned`)."""
+    keys = [specialization_key(job) for job in job_list]
+    unique, counts = distinct(list(zip(keys, job_list)), lambda pair: pair[0])
+    done = dict(zip((key for key, _ in unique), compile_all(compile_job, [job for _, job in unique], workers)))
+    print(f"{counts['jobs']} jobs, {counts['compiles']} distinct compiles")
+    results = []
+    for key, job in zip(keys, job_list):
+        first = done[key]
+        results.append(first if first["id"] == job.id else {**first, **planned(job), "seconds": 0.0})
+    return results
+
+
 def problems_of(result: dict) -> list[str]:
     """What is wrong with a compiled job (empty: nothing)."""
     if not result.get("ok"):
-        return [f"did not compile: {result.get('error')}"]
+        return compile_failure(result)
     if result.get("kind") == "sum":
         return _sum_problems(result)
     issues = []
@@ -399,18 +419,15 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("TRITON_INTERPRET") == "1":
         parser.error("unset TRITON_INTERPRET: the compile checks need Triton's compiler")
     job_list = [j for j in jobs() if args.only is None or args.only in j.id]
-    results = compile_all(compile_job, job_list, args.jobs)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=0)
-    print(f"{'job':66} {'regs':>4} {'max':>4} {'spill':>5} {'shared':>7} {'limit':>7} {'s':>5}  issues")
-    for r in results:
-        if not r.get("ok"):
-            print(f"{r['id']:66} FAILED {r.get('error', '')[:300]}")
-            continue
-        print(f"{r['id']:66} {r['registers']:4} {r['maxnreg']:4} {r['spill_bytes']:5} {r['shared']:7} "
-              f"{r['shared_limit']:7} {r['seconds']:5}  {'; '.join(problems_of(r))}")
-    return 1 if any(problems_of(r) for r in results) else 0
+    results = compile_distinct(job_list, args.jobs)
+    header = f"{'job':66} {'regs':>4} {'max':>4} {'spill':>5} {'shared':>7} {'limit':>7} {'s':>5}  issues"
+    return report(results, args.json, header, row, problems_of)
+
+
+def row(r: dict) -> str:
+    """A compiled job's line of the table ``main`` prints."""
+    return (f"{r['id']:66} {r['registers']:4} {r['maxnreg']:4} {r['spill_bytes']:5} {r['shared']:7} "
+            f"{r['shared_limit']:7} {r['seconds']:5}  {'; '.join(problems_of(r))}")
 
 
 if __name__ == "__main__":
