@@ -100,7 +100,8 @@ def test_data_gradient_with_more_padding_than_the_filter_reaches():
     """pad > dil*(R-1): the equivalent forward convolution has negative padding."""
     p = fwd(dtype="float32", layout="channels_first", in_channels=3, out_channels=4, input_size=(5, 6),
             filter_size=(1, 2), padding=((2, 1), (1, 3))).with_direction("bwd_data")
-    assert common.bwd_data_phases(Geometry.of(p))[0].geometry.pad == (-2, 0)
+    g = Geometry.of(p)
+    assert common.bwd_data_phases(g)[0].geometry(g).pad == (-2, 0)
     check(p, "bwd_data_cf")
 
 

@@ -164,10 +164,13 @@ def test_stride_phases_of_the_stem():
     """7x7 at stride 2, padding 3: phase (a, b) of dx takes the taps of parity ``(a + 3) mod 2``, 4 or 3 per
     axis, flipped; it writes every second pixel from (a, b); every pixel of dx belongs to exactly one phase."""
     problem = STEM.with_direction("bwd_data")
-    phases = common.bwd_data_phases(Geometry.of(problem))
-    assert [(ph.first, ph.tap0, (ph.geometry.r, ph.geometry.s)) for ph in phases] == [
+    g = Geometry.of(problem)
+    phases = common.bwd_data_phases(g)
+    assert [(ph.first, (ph.rows.taps[-1], ph.cols.taps[-1]), (ph.geometry(g).r, ph.geometry(g).s))
+            for ph in phases] == [
         ((0, 0), (1, 1), (3, 3)), ((0, 1), (1, 0), (3, 4)), ((1, 0), (0, 1), (4, 3)), ((1, 1), (0, 0), (4, 4))]
-    assert sum(ph.geometry.p * ph.geometry.q for ph in phases) == 224 * 224
+    assert all(ph.rows.tap_step == ph.cols.tap_step == 2 for ph in phases)  # every second tap, descending
+    assert sum(ph.geometry(g).p * ph.geometry(g).q for ph in phases) == 224 * 224
     runs = fc_plans.forward_runs(problem)
     syh, syw = 224 * 3, 3  # channels-last dx
     assert [run.output["Y_OFF"] for run in runs] == [0, syw, syh, syh + syw]
