@@ -20,14 +20,14 @@ def test_tables():
     assert configs.table_for("sm_90") is TAB and configs.table_for("sm_90a") is TAB
     assert configs.table_for("sm_80") is None
     assert not TAB.measured  # the buckets are reasoned; the families the sweep timed are measured (data/swept)
-    assert set(TAB.families) == set(configs.families())
-    assert set(TAB.efficiency) == set(REGISTRY.names) and set(REGISTRY.families()) == set(configs.families())
+    assert set(TAB.families) == set(REGISTRY.families())
+    assert set(TAB.efficiency) == set(REGISTRY.names) and set(REGISTRY.families()) == set(REGISTRY.families())
 
 
-@pytest.mark.parametrize("family", configs.families())
+@pytest.mark.parametrize("family", REGISTRY.families())
 def test_every_configuration_fits_the_hardware(family):
     limit = spec("sm_90").shared_memory_bytes
-    producers = TAB.weight_grad.producers if family in configs.weight_grad_families() else TAB.producers
+    producers = TAB.weight_grad.producers if configs.is_weight_grad(family) else TAB.producers
     for config in TAB.configs(family):
         # fwd_rows_box's input boxes have a ring of their own
         boxes = tiling.tall_stages(config.stages, plan.ROWS) if family == "fwd_rows_box" else 0
@@ -42,11 +42,11 @@ def test_every_configuration_fits_the_hardware(family):
             assert tiling.accumulator_registers(config.block_m, config.block_n, config.num_warps) + 64 <= consumer
 
 
-@pytest.mark.parametrize("family", configs.families())
+@pytest.mark.parametrize("family", REGISTRY.families())
 def test_every_bucket_is_reachable(family):
     """Each bucket is the first match of some problem (no bucket is shadowed by an earlier one)."""
     hit = set()
-    direction = "bwd_weight" if family in configs.weight_grad_families() else "fwd"
+    direction = "bwd_weight" if configs.is_weight_grad(family) else "fwd"
     for red, n, size in itertools.product((1, 3, 8, 16, 17, 32, 33, 64, 200, 512),
                                           (1, 8, 64, 65, 128, 129, 300, 2048), ((8, 8), (256, 256))):
         p = ConvProblem("fwd", 2, red, n, size, 3, 1, 1, 1, dtype="bfloat16", layout="channels_last",
@@ -121,9 +121,9 @@ def test_weight_gradient_accepts_what_the_forward_refuses():
 
 
 def test_config_names_are_unique_and_stable():
-    names = [c.name for family in configs.families() for c in TAB.configs(family)]
+    names = [c.name for family in REGISTRY.families() for c in TAB.configs(family)]
     assert "m128n256k64s4w8g8" in names
-    for family in configs.families():
+    for family in REGISTRY.families():
         assert len({c.name for c in TAB.configs(family)}) == len(TAB.configs(family))
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conv_core.kit.registry import readme_table
 from conv_core.problem import ConvProblem
-from conv_gluon import aot, candidates, configs, sweep
+from conv_gluon import aot, candidates, configs, plans, sweep
 from conv_gluon.registry import REGISTRY, gathering
 
 README = Path(__file__).parents[1] / "README.md"
@@ -36,6 +36,13 @@ def test_each_direction_offers_its_gathering_kernel_first_then_the_box_kernels()
 def test_the_families_with_tables_are_the_registrys():
     assert set(configs.table("sm_90").families) == set(REGISTRY.families()) == set(sweep.GluonSpace().families)
     assert set(configs.table("sm_90").efficiency) == set(REGISTRY.names)
+    weight_grad = {e.family for e in REGISTRY.for_direction("bwd_weight")}
+    assert weight_grad == {f for f in REGISTRY.families() if configs.is_weight_grad(f)}
+
+
+def test_the_plans_know_every_kernels_input():
+    """The plans read how a kernel brings its input from its name, ``<direction>_<input>``."""
+    assert {e.name for e in REGISTRY} == {f"{d}_{way}" for d in candidates.DIRECTIONS for way in plans.INPUTS}
 
 
 def test_every_family_is_compiled_in_some_mode():

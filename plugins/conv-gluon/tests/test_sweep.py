@@ -22,7 +22,7 @@ def problem(direction: str = "fwd", **fields) -> ConvProblem:
     return ConvProblem("fwd", **{**base, **fields}).with_direction(direction)
 
 
-@pytest.mark.parametrize("family", configs.families())
+@pytest.mark.parametrize("family", REGISTRY.families())
 def test_every_family_has_a_space_that_parses_and_is_compiled_ahead_of_time(family):
     space = sweep.space_configs("sm_90", family)
     assert space, family
@@ -33,7 +33,7 @@ def test_every_family_has_a_space_that_parses_and_is_compiled_ahead_of_time(fami
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_weight"])
 def test_trials_are_each_applicable_kernel_with_its_table_choice_and_the_space(direction):
     p = problem(direction)
-    trials = sweep.GluonSpace().trials(p, CUDA, frozenset(configs.families()))
+    trials = sweep.GluonSpace().trials(p, CUDA, frozenset(REGISTRY.families()))
     kernels = [e.name for e in REGISTRY.applicable(p)]
     assert {t.kernel for t in trials} == set(kernels)
     for kernel in kernels:
@@ -48,8 +48,8 @@ def test_trials_are_each_applicable_kernel_with_its_table_choice_and_the_space(d
 
 def test_no_trials_where_the_backend_declines_or_the_family_is_not_selected():
     space = sweep.GluonSpace()
-    assert space.trials(problem(layout="channels_first"), CUDA, frozenset(configs.families())) == []
-    assert space.trials(problem(), torch.device("cpu"), frozenset(configs.families())) == []
+    assert space.trials(problem(layout="channels_first"), CUDA, frozenset(REGISTRY.families())) == []
+    assert space.trials(problem(), torch.device("cpu"), frozenset(REGISTRY.families())) == []
     assert space.trials(problem(), CUDA, frozenset({"bwd_weight_box"})) == []
 
 
@@ -75,6 +75,6 @@ def test_configurations_are_powers_of_two():
 
 
 def test_as_dict_round_trips():
-    for family in configs.families():
+    for family in REGISTRY.families():
         for config in TAB.configs(family):
             assert configs.TileConfig.from_dict(config.as_dict(), family) == config

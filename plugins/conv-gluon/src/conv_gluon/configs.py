@@ -19,20 +19,14 @@ from conv_core.problem import ConvProblem
 DATA = PackageData("conv_gluon", "gluon")
 
 
-def families() -> tuple[str, ...]:
-    """Kernel families with tables, one per kernel of :mod:`conv_gluon.registry` but the data gradient's (it
-    takes the forward's): their producers leave the consumer different register budgets, so their largest tiles
-    differ."""
-    from .registry import REGISTRY
-
-    return REGISTRY.families()
+#: The families of the weight-gradient kernel (``kernels/bwd_weight.py``) are named so in the registry
+#: (:mod:`conv_gluon.registry`, whose tests check it): their tiles are read differently.
+WEIGHT_GRAD_PREFIX = "bwd_weight_"
 
 
-def weight_grad_families() -> tuple[str, ...]:
-    """Families of the weight-gradient kernel (``kernels/bwd_weight.py``): their tiles are read differently."""
-    from .registry import REGISTRY
-
-    return tuple(dict.fromkeys(e.family for e in REGISTRY.for_direction("bwd_weight")))
+def is_weight_grad(family: str) -> bool:
+    """Whether ``family``'s configurations are the weight-gradient kernel's."""
+    return family.startswith(WEIGHT_GRAD_PREFIX)
 
 #: float32 accumulator tiles per consumer thread, per family: one, but three for the units of a filter column
 #: (one per filter row).
@@ -88,7 +82,7 @@ class TileConfig:
         need(tiles * self.block_m * self.block_n // (32 * self.num_warps) <= MAX_ACCUMULATOR_REGISTERS,
              f"the float32 accumulator{'s' if tiles > 1 else ''} must stay within "
              f"{MAX_ACCUMULATOR_REGISTERS} registers per consumer thread")
-        if family in weight_grad_families():
+        if is_weight_grad(family):
             self._check_weight_grad()
         else:
             self._check_forward()
@@ -203,7 +197,7 @@ def table(name: str) -> ArchTable:
     by_family = {family: tables.read_buckets(entry["families"][family],
                                              functools.partial(TileConfig.from_dict, family=family),
                                              f"configs.json {name}.{family}", CONDITIONS)
-                 for family in families()}
+                 for family in entry["families"]}
     producers = {mode: Producer(**entry["producers"][mode]) for mode in A_MODES}
     widths = tuple(entry["box_widths"])
     wide = entry.get("box_widths_wide", {"min_block_n": 1 << 30, "widths": widths})
@@ -219,7 +213,7 @@ def table(name: str) -> ArchTable:
 def _swept_layers(name: str) -> dict[str, dict[str, TileConfig]]:
     """The sweep's winners for architecture ``name`` (none until it was swept), checked like the buckets."""
     swept = DATA.swept_layers(name)
-    unknown = sorted(set(swept) - set(families()))
+    unknown = sorted(set(swept) - set(DATA.json()["archs"][name]["families"]))
     if unknown:
         raise ValueError(f"data/swept/{name}.json: unknown families {unknown}")
     return {family: {key: TileConfig.from_dict(raw, family) for key, raw in entries.items()}

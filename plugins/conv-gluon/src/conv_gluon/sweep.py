@@ -20,6 +20,7 @@ from conv_core import sweep
 from conv_core.problem import ConvProblem
 
 from . import candidates, configs
+from .registry import REGISTRY
 
 
 def space_configs(arch: str, family: str) -> list[configs.TileConfig]:
@@ -37,7 +38,7 @@ class GluonSpace:
 
     @property
     def families(self) -> tuple[str, ...]:
-        return configs.families()
+        return REGISTRY.families()
 
     @property
     def default_suites(self) -> dict[str, tuple[str, ...]]:

@@ -19,6 +19,11 @@ from ..configs import ArchTable, TileConfig
 #: ``*_rows_box`` kernels: the forward's tall box, the data gradient at stride 1, the weight gradient's units).
 ROWS = 3
 
+#: The ways a kernel brings its input, the last part of its name (``<direction>_<input>``): gathered by a
+#: producer partition, as TMA boxes, or as tall boxes of a filter column. Which kernels exist is the
+#: registry's (:mod:`conv_gluon.registry`); the plans read how each brings its input from its name.
+INPUTS = ("gather", "box", "rows_box")
+
 #: Alignment (bytes) TMA needs of a tensor's base and of every stride but the last.
 TMA_ALIGN = 16
 
@@ -152,11 +157,9 @@ def kernel_issue(problem: ConvProblem, kernel: str, config: TileConfig, tab: Arc
 
 
 def check_kernel(problem: ConvProblem, direction: str, kernel: str, config: TileConfig, tab: ArchTable) -> None:
-    """Raise ``ValueError`` unless ``kernel`` is one of ``direction``'s (:mod:`conv_gluon.registry`) and can run
-    ``problem`` with ``config`` (:func:`kernel_issue` finds nothing)."""
-    from ..registry import REGISTRY  # the registry names the plan builders: imported when a plan is made
-
-    known = tuple(e.name for e in REGISTRY.for_direction(direction))
+    """Raise ``ValueError`` unless ``kernel`` is one of ``direction``'s (``<direction>_<input>``, :data:`INPUTS`)
+    and can run ``problem`` with ``config`` (:func:`kernel_issue` finds nothing)."""
+    known = tuple(f"{direction}_{way}" for way in INPUTS)
     if kernel not in known:
         raise ValueError(f"unknown {direction} kernel {kernel!r}; known: {known}")
     issue = kernel_issue(problem, kernel, config, tab)
