@@ -70,14 +70,13 @@ def test_rdna_conv2d_matches_float64_reference():
     torch.testing.assert_close(y.double(), ref, rtol=1e-4, atol=1e-4)
 
 
-def test_gluon_has_its_toolchain_and_declines_the_cpu():
-    """conv-gluon finds every Gluon name it needs in the installed triton; on the CPU it declines with a
-    reason (its kernels run on Hopper only; the source tree's tests replay their arithmetic)."""
-    from conv_gluon import toolchain
+def test_gluon_imports_and_declines_the_cpu():
+    """conv-gluon's kernels import (conv_gluon.kernels.compat binds the Gluon names of this triton); on the
+    CPU it declines with a reason (its kernels run on Hopper only; the source tree's tests replay them)."""
+    import conv_gluon.kernels.compat  # noqa: F401
 
-    assert toolchain.gluon_issue() is None
     declines = conv_core.explain(torch.randn(1, 4, 6, 6), torch.randn(8, 4, 3, 3), padding=1).declines
-    assert any(d.backend == "gluon" for d in declines), declines
+    assert any(d.backend == "gluon" and d.reason for d in declines), declines
 
 
 def test_conformance_check_on_a_tiny_case():
