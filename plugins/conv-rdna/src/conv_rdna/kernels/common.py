@@ -145,7 +145,7 @@ def swizzle(pid, num_m, num_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def divide(j, MAGIC, SHIFT):
-    """``j // d`` for ``0 <= j < 2**31``, given ``(MAGIC, SHIFT)`` = :func:`conv_rdna.plan.divisor` ``(d)``.
+    """``j // d`` for ``0 <= j < 2**31``, given ``(MAGIC, SHIFT)`` = :func:`conv_rdna.plans.common.divisor` ``(d)``.
 
     The weight gradient reduces over pixels, so its loops decode ``BLOCK_K`` flat pixel indices per step. A
     division by a run-time ``Q`` costs tens of instructions per element, and two of them per step kept the
