@@ -15,6 +15,7 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
+from conv_core.sweep import layer_key
 from conv_rdna import candidates, configs, launch, registry
 from conv_rdna.plans import few_channels as fc_plans
 from conv_rdna.plans import common
@@ -220,7 +221,7 @@ def test_h100_configurations():
     tab = configs.table("sm_90")
     stem = configs.select(tab, "few_channels_in", STEM.replace(batch=31))  # a bucket, not the swept layer
     assert (stem.block_m, stem.block_n, stem.block_k) == (128, 64, 32)  # every output channel in one tile
-    swept = tab.layers["few_channels_in"].get(configs.layer_key(STEM))
+    swept = tab.layers["few_channels_in"].get(layer_key(STEM))
     assert swept is not None and configs.select(tab, "few_channels_in", STEM) == swept
     image = configs.select(tab, "few_channels_out", IMAGE_OUT)
     assert (image.block_m, image.block_n) == (256, 32)
