@@ -7,7 +7,8 @@ out and runs this sample instead: for each kernel on each compile target one job
 kernel has one, so the matrix-instruction check applies), held to the same checks (``aot.problems_of``:
 compiles, matrix instructions, no spills, no scratch, shared memory within limits). A new compiler that
 changes how a kernel lowers shows up here; one configuration of a kernel going wrong while the others pass
-is left to the GPU machine's run when it moves to that release.
+is left to the GPU machine's run when it moves to that release. What is known to fail at the newest release
+is listed in :data:`KNOWN`.
 
 Runs without ``TRITON_INTERPRET`` (this directory has no conftest setting it), compiling in this process's
 workers.
@@ -35,6 +36,19 @@ def sample(jobs) -> list:
 
 
 JOBS = sample(aot.jobs())
+#: ``(target, kernel)`` known not to compile cleanly at this release, and why: xfail, not strict (a sampled job
+#: may change as the tables do). Remove an entry once the kernel is ported.
+KNOWN = {
+    ("gfx1100", "depthwise_bwd_weight"): "triton 3.9 spills registers in the RDNA depthwise weight gradient "
+                                         "(73 VGPRs, 5 spilled; 3.6: 59, none)",
+    ("gfx1201", "depthwise_bwd_weight"): "triton 3.9 spills registers in the RDNA depthwise weight gradient",
+}
+
+
+def params(jobs) -> list:
+    """``jobs`` as pytest parameters, the :data:`KNOWN` ones marked as expected failures."""
+    return [pytest.param(job, id=job.id, marks=[pytest.mark.xfail(reason=KNOWN[job.target, job.kernel])]
+                         if (job.target, job.kernel) in KNOWN else []) for job in jobs]
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +62,6 @@ def test_every_kernel_and_target_is_sampled():
     assert {(job.target, job.kernel) for job in JOBS} == {(job.target, job.kernel) for job in aot.jobs()}
 
 
-@pytest.mark.parametrize("job", JOBS, ids=[job.id for job in JOBS])
+@pytest.mark.parametrize("job", params(JOBS))
 def test_compiles_cleanly(job, compiled):
     assert aot.problems_of(compiled[job.id]) == [], compiled[job.id]

@@ -1,7 +1,7 @@
 """The built wheels, installed (not editable) in a fresh environment, work from outside the source tree.
 
 tox's ``wheels`` environment builds conv-core, conv-rdna and conv-gluon with ``pip wheel``, installs the
-three wheels with their declared dependencies at the newest supported triton, and runs this module from its
+three wheels with their declared dependencies (pinned by constraints.txt), and runs this module from its
 temporary directory with ``TRITON_INTERPRET=1``. What an editable install hides shows up here: a data file
 the package-data globs miss, a module left out of the package, a dependency the metadata does not declare.
 ``CONV_SOURCE_ROOT`` names the repository, only to list the data files the installed packages must carry.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -87,6 +88,7 @@ def test_conformance_check_on_a_tiny_case():
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
 
-def test_runs_outside_the_source_tree():
-    """The checks above hold without the repository on the path (pytest runs from a temporary directory)."""
-    assert not Path.cwd().resolve().is_relative_to(SOURCE_ROOT.resolve()), Path.cwd()
+def test_the_source_tree_is_not_on_the_path():
+    """The checks above import the installed packages: no package's source directory is on sys.path."""
+    sources = {str(path.parent.resolve()) for path in PACKAGES.values()}
+    assert sources.isdisjoint(str(Path(entry).resolve()) for entry in sys.path if entry), sys.path
