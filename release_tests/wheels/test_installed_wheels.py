@@ -20,6 +20,9 @@ import torch
 
 import conv_core
 
+#: triton 3.6's interpreter converts 1-element arrays to Python ints (numpy >= 1.25 warns once per use).
+pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
+
 SOURCE_ROOT = Path(os.environ.get("CONV_SOURCE_ROOT", Path(__file__).resolve().parents[2]))
 #: import name -> its source directory in the repository.
 PACKAGES = {
