@@ -16,7 +16,7 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, needed_error_factor, random_operands
-from conv_core.kit import same_layer
+from conv_core.kit import tables
 from conv_rdna import candidates, configs, launch, registry
 from conv_rdna.kernels import winograd as wk
 from conv_rdna.kernels import winograd_bwd_weight as wbk
@@ -218,7 +218,7 @@ def test_gate():
 
 def test_candidate_metadata(monkeypatch):
     # the buckets' configuration (the RetinaNet head's swept 256-channel layer is near enough to lend its own)
-    monkeypatch.setattr(same_layer, "nearest", lambda entries, problem: None)
+    monkeypatch.setattr(tables, "nearest", lambda entries, problem: None)  # what select() consults
     problem = wgrad(in_channels=256, out_channels=256, input_size=(56, 56), batch=8, arch="sm_90", dtype="bfloat16")
     (wino,) = [c for c in candidates.candidates(problem, CUDA) if c.kernel == KERNEL]
     assert {"deterministic", "needs_workspace", "cuda_graph_safe"} <= wino.tags and "atomics" not in wino.tags
