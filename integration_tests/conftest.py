@@ -27,6 +27,11 @@ from pathlib import Path
 
 import pytest
 
+# The tutorial backend's Triton kernels run under the interpreter on this CPU-only machine. Triton reads
+# TRITON_INTERPRET when it is first imported (its standard library's own @jit functions are made then), and
+# torch.compile imports it in an earlier test: so it is set here, before any test can import triton.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 HERE = Path(__file__).resolve().parent
 
 #: Distribution name -> the directory (relative to the repository root) that provides it.
