@@ -224,24 +224,30 @@ def distinct_jobs(targets=tuple(TARGETS)) -> tuple[list[Job], dict[str, int]]:
     return [job for _, job in kept], counts
 
 
-def specialized_jobs(targets=tuple(TARGETS)) -> list[tuple[tuple, Job]]:
+def specialized_jobs(targets=tuple(TARGETS), table=None, plan=make_plan,
+                     dtypes: tuple[str, ...] = configs.DTYPES) -> list[tuple[tuple, Job]]:
     """``((target, specialization key), job)`` of every launch the tables of ``targets`` ship: each
     configuration of each kernel of the registry, for every input dtype that can reach it and both layouts
     (register use differs most between layouts), on the ``mid`` geometry; plus each kernel on the edge
-    geometries (:data:`SHAPES`)."""
+    geometries (:data:`SHAPES`) in the dtypes of ``dtypes``.
+
+    ``table(target)`` and ``plan(problem, kernel, config, tab)`` default to this backend's (:func:`configs.table`,
+    :func:`~conv_rdna.registry.make_plan`); a backend running these kernels with tables of its own passes its
+    own, and the input ``dtypes`` it takes."""
+    table = table or configs.table
     found: list[tuple[tuple, Job]] = []
 
     def add(target, tab, kernel, config, problem, shape):
-        keys = specialization.plan_keys(problem, make_plan(problem, kernel, config, tab))
+        keys = specialization.plan_keys(problem, plan(problem, kernel, config, tab))
         for index, key in enumerate(keys):
             found.append(((target, key), Job(target, kernel, config.name, problem.dtype, problem.layout, index,
                                              shape)))
 
     for target in targets:
-        tab = configs.table(target)
+        tab = table(target)
         for kernel, family in ((e.name, e.family) for e in REGISTRY):
-            for config, dtypes in configs.reachable_dtypes(tab, family).items():
-                for dtype in dtypes:
+            for config, reached in configs.reachable_dtypes(tab, family, dtypes).items():
+                for dtype in reached:
                     for layout in ("channels_last", "channels_first"):
                         shapes = ["mid"]
                         if kernel in names(DEPTHWISE):  # none: never chosen for this dtype and layout
@@ -252,7 +258,7 @@ def specialized_jobs(targets=tuple(TARGETS)) -> list[tuple[tuple, Job]]:
                                 add(target, tab, kernel, config, problem, shape)
             for shape, (dtype, layout) in EDGE_SHAPES.items():
                 problem = representative_problem(kernel, dtype, layout, target, shape)
-                if problem is not None:
+                if problem is not None and dtype in dtypes:
                     add(target, tab, kernel, configs.select(tab, family, problem), problem, shape)
     return found
 

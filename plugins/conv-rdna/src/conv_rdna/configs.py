@@ -222,6 +222,8 @@ class ArchTable:
     #: whether the channels-first kernels may leave their loads to the compiler's pipeliner, which turns them
     #: into asynchronous copies (:func:`conv_rdna.plans.channels_first.pipelined_pixels`)
     channels_first_async_copies: bool = False
+    #: Winograd's transform kernels' blocks (``winograd_transforms``: ``BLOCK_T``, ``BLOCK_C``, ``num_warps``)
+    winograd_transforms: dict | None = None
 
     def is_measured(self, family: str) -> bool:
         """Whether ``family``'s configurations were timed on this architecture (else its candidates are
@@ -244,16 +246,6 @@ def _raw() -> dict:
     return DATA.json()
 
 
-def entry_field(name: str, key: str):
-    """``archs.<name>.<key>`` of ``configs.json``, following ``same_as`` until an entry gives it (the raw
-    value: for what the table's checked fields do not hold, e.g. Winograd's transform blocks)."""
-    archs = _raw()["archs"]
-    entry = archs[name]
-    while key not in entry:
-        entry = archs[entry["same_as"]]
-    return entry[key]
-
-
 def table_names() -> tuple[str, ...]:
     """Every table in the file: the architectures plus ``interpreter`` and ``default``."""
     return tuple(_raw()["archs"])
@@ -262,31 +254,37 @@ def table_names() -> tuple[str, ...]:
 @functools.cache
 def table(name: str) -> ArchTable:
     """The table called ``name`` (an architecture, ``interpreter`` or ``default``), checked."""
-    archs = _raw()["archs"]
+    return build_table(_raw()["archs"], name, _swept(name), "configs.json")
+
+
+def build_table(archs: dict, name: str, swept: dict, file: str) -> ArchTable:
+    """Table ``name`` of ``archs`` (the ``archs`` object of a configuration file in this module's format, named
+    ``file`` in errors), ``same_as`` resolved, with the measured exact-layer winners ``swept`` on top: the one
+    reader of the format, shared with the backends that run these kernels with tables of their own (conv-cdna)."""
     entry, source = dict(archs[name]), name
     while "same_as" in entry:  # the base entry, overridden by the keys the derived entry gives
         source = entry.pop("same_as")
         entry = {**archs[source], **entry}
     families = {family: read_buckets(raw, CONFIG_TYPES.get(family, TileConfig).from_dict,
-                                      f"configs.json {source}.{family}", CONDITIONS)
+                                      f"{file} {source}.{family}", CONDITIONS)
                 for family, raw in entry["families"].items()}
-    swept = _swept(name)
     measured = bool(entry["measured"])
     measured_families = frozenset(swept.get("layers", {})) if swept.get("measured") else frozenset()
     raw_layers = {family: {**entry.get("layers", {}).get(family, {}), **swept.get("layers", {}).get(family, {})}
                   for family in {*entry.get("layers", {}), *swept.get("layers", {})}}
     layers = {family: {key: CONFIG_TYPES.get(family, TileConfig).from_dict(c) for key, c in entries.items()}
               for family, entries in raw_layers.items()}
-    split = SplitRule(**entry["split"])
+
+    def rule(key: str) -> SplitRule | None:
+        return SplitRule(**entry[key]) if key in entry else None
+
     reduce = entry["reduce"]
-    return ArchTable(name, source, measured, families, layers, split, reduce["BLOCK"],
+    return ArchTable(name, source, measured, families, layers, rule("split"), reduce["BLOCK"],
                      reduce["num_warps"], SumSplits(**entry["sum_splits"]), entry["efficiency"],
-                     depthwise_split=SplitRule(**entry["depthwise_split"]) if "depthwise_split" in entry else None,
-                     few_channels_split=SplitRule(**entry["few_channels_split"]) if "few_channels_split" in entry
-                     else None,
-                     winograd_split=SplitRule(**entry["winograd_split"]) if "winograd_split" in entry else None,
-                     measured_families=measured_families,
-                     channels_first_async_copies=entry.get("channels_first_async_copies", False))
+                     depthwise_split=rule("depthwise_split"), few_channels_split=rule("few_channels_split"),
+                     winograd_split=rule("winograd_split"), measured_families=measured_families,
+                     channels_first_async_copies=entry.get("channels_first_async_copies", False),
+                     winograd_transforms=entry.get("winograd_transforms"))
 
 
 def swept_path(name: str):
@@ -319,22 +317,24 @@ def shared_memory_limit(name: str) -> int | None:
     return spec(name).shared_memory_bytes
 
 
-def reachable_dtypes(tab: ArchTable, family: str) -> dict[TileConfig, list[str]]:
-    """Each configuration of a family and the input dtypes whose problems can reach it.
+def reachable_dtypes(tab: ArchTable, family: str, dtypes: tuple[str, ...] = DTYPES) -> dict[TileConfig, list[str]]:
+    """Each configuration of a family and the input dtypes (of ``dtypes``: those the backend takes) whose problems
+    can reach it.
 
     A bucket conditioned on dtypes alone (or on nothing) takes every problem of its dtypes, so later
     buckets never see those dtypes. An exact-layer entry is reached by its layer's dtype alone.
     """
     reach: dict[TileConfig, set[str]] = {}
-    open_dtypes = set(DTYPES)
+    open_dtypes = set(dtypes)
     for bucket in tab.families[family]:
-        dtypes = open_dtypes & set(bucket.when.get("dtypes", DTYPES))
-        reach.setdefault(bucket.config, set()).update(dtypes)
+        taken = open_dtypes & set(bucket.when.get("dtypes", dtypes))
+        reach.setdefault(bucket.config, set()).update(taken)
         if set(bucket.when) <= {"dtypes"}:
-            open_dtypes -= dtypes
+            open_dtypes -= taken
     for key, config in tab.layers.get(family, {}).items():  # an exact layer is reached by its own dtype only
-        reach.setdefault(config, set()).add(_layer_dtype(key))
-    return {config: [d for d in DTYPES if d in dtypes] for config, dtypes in reach.items() if dtypes}
+        if _layer_dtype(key) in dtypes:
+            reach.setdefault(config, set()).add(_layer_dtype(key))
+    return {config: [d for d in dtypes if d in taken] for config, taken in reach.items() if taken}
 
 
 def _layer_dtype(key: str) -> str:

@@ -144,7 +144,7 @@ def transform_blocks(tab: configs.ArchTable) -> dict:
     """The transform kernels' blocks of the table: ``configs.json`` ``archs.<arch>.winograd_transforms``
     (``same_as`` followed): ``BLOCK_T`` tiles x ``BLOCK_C`` channels per program, ``num_warps``. The
     weight transform takes ``BLOCK_T`` input x ``BLOCK_C`` output channels."""
-    return configs.entry_field(tab.name, "winograd_transforms")
+    return tab.winograd_transforms
 
 
 def float32_words(elements: int, dtype: str) -> int:
