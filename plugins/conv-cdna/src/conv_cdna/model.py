@@ -4,8 +4,9 @@ writes. Nothing here was measured on AMD hardware; the method is checked on the 
 A tiled kernel's grid of ``tiles`` workgroups is spread over the compute units; the busiest unit runs
 ``ceil(tiles / CUs)`` of them, ``resident`` at a time (what LDS and registers allow, :meth:`Chip.resident_tiles`).
 Each tile does its share of the padded matrix work (the real work over the tile utilization) at the unit's matrix
-rate, or less where the tile is too small for the L2 to feed it (operand bytes per step against
-``l2_bytes_per_clock_per_cu``) or where its SIMDs hold fewer than :data:`~conv_cdna.chips.HIDING_WAVES` waves. The
+rate, or less where the tile is too small for the L2 to feed it or a wave's part too small for the LDS to
+(:meth:`Chip.operand_rate`: operand bytes per step against ``l2_bytes_per_clock_per_cu`` and
+``lds_bytes_per_clock_per_cu``), or where its SIMDs hold fewer than :data:`~conv_cdna.chips.HIDING_WAVES` waves. The
 memory time is the problem's bytes (workspaces written and read back included) at the copy rate. Each kernel reaches
 fractions of both (:func:`factors`, fitted on the H100 by ``python -m conv_cdna.validate --fit``), and of its compute
 rate a further fraction ``channels_first`` where it reads channels-first tensors against their layout
@@ -86,8 +87,7 @@ def compute_us(problem: ConvProblem, p: Plan, chip: Chip) -> float:
               * 1e12 / chip.compute_units)
     c, waves_per_tile = p.config, math.ceil(p.config.num_warps / chip.simds_per_cu)
     if isinstance(c, TileConfig):
-        intensity = 2 * c.block_m * c.block_n / ((c.block_m + c.block_n) * element_size(problem.dtype))
-        per_cu = min(per_cu, chip.l2_bytes_per_clock_per_cu * chip.clock_ghz * 1e9 * intensity)
+        per_cu = min(per_cu, chip.operand_rate(c, problem.dtype))
         resident = max(chip.resident_tiles(c, problem.dtype), 1)
     else:  # stencils: no LDS, few registers
         resident = chip.waves_per_simd // waves_per_tile
