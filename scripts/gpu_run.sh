@@ -68,9 +68,9 @@ for stage in "$@"; do
       tests=($(ls plugins/conv-$name/tests/test_*.py | grep -v -e test_compile.py -e test_gpu_harness.py))
       half=$(( ${#tests[@]} / 2 ))
       lim=${VERIFY_S:-540}
-      CONV_RDNA_TEST_DEVICE=cuda timeout "$lim" python3 -m pytest -v -p no:cacheprovider "${tests[@]:0:$half}" \
+      CONV_RDNA_TEST_DEVICE=cuda CONV_CDNA_TEST_DEVICE=cuda timeout "$lim" python3 -m pytest -v -p no:cacheprovider "${tests[@]:0:$half}" \
         > "$work/pytest_a.txt" 2>&1 &
-      CONV_RDNA_TEST_DEVICE=cuda timeout "$lim" python3 -m pytest -v -p no:cacheprovider "${tests[@]:$half}" \
+      CONV_RDNA_TEST_DEVICE=cuda CONV_CDNA_TEST_DEVICE=cuda timeout "$lim" python3 -m pytest -v -p no:cacheprovider "${tests[@]:$half}" \
         > "$work/pytest_b.txt" 2>&1 &
       timeout "$lim" conv-core check --device cuda --backend "$name" --dtypes bf16,fp16,fp32 > "$work/check.txt" 2>&1 &
       for direction in fwd bwd_data bwd_weight; do

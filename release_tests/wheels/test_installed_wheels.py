@@ -1,7 +1,7 @@
 """The built wheels, installed (not editable) in a fresh environment, work from outside the source tree.
 
-tox's ``wheels`` environment builds conv-core, conv-rdna and conv-gluon with ``pip wheel``, installs the
-three wheels with their declared dependencies (pinned by constraints.txt), and runs this module from its
+tox's ``wheels`` environment builds conv-core, conv-rdna, conv-gluon and conv-cdna with ``pip wheel``, installs the
+four wheels with their declared dependencies (pinned by constraints.txt), and runs this module from its
 temporary directory with ``TRITON_INTERPRET=1``. What an editable install hides shows up here: a data file
 the package-data globs miss, a module left out of the package, a dependency the metadata does not declare.
 ``CONV_SOURCE_ROOT`` names the repository, only to list the data files the installed packages must carry.
@@ -29,6 +29,7 @@ PACKAGES = {
     "conv_core": SOURCE_ROOT / "packages/conv-core/src/conv_core",
     "conv_rdna": SOURCE_ROOT / "plugins/conv-rdna/src/conv_rdna",
     "conv_gluon": SOURCE_ROOT / "plugins/conv-gluon/src/conv_gluon",
+    "conv_cdna": SOURCE_ROOT / "plugins/conv-cdna/src/conv_cdna",
 }
 
 
@@ -54,11 +55,11 @@ def test_every_data_file_is_shipped(name):
     assert missing == []
 
 
-def test_cli_lists_both_plugins_loaded():
-    """``conv-core backends``: rdna and gluon found through their entry points, each with status ok."""
+def test_cli_lists_every_plugin_loaded():
+    """``conv-core backends``: rdna, gluon and cdna found through their entry points, each with status ok."""
     out = subprocess.run(["conv-core", "backends"], capture_output=True, text=True, check=True).stdout
     rows = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line.strip()}
-    for name in ("aten", "rdna", "gluon"):
+    for name in ("aten", "rdna", "gluon", "cdna"):
         assert name in rows, out
         assert "ok" in rows[name], out
 
@@ -81,6 +82,26 @@ def test_gluon_imports_and_declines_the_cpu():
 
     declines = conv_core.explain(torch.randn(1, 4, 6, 6), torch.randn(8, 4, 3, 3), padding=1).declines
     assert any(d.backend == "gluon" and d.reason for d in declines), declines
+
+
+def test_cdna_declines_a_gpu_that_is_not_an_instinct_one():
+    """conv-cdna is discovered and, asked about a GPU other than gfx90a/gfx942/gfx950, declines naming those."""
+    from conv_cdna.candidates import candidates
+    from conv_core.problem import ConvProblem
+
+    problem = ConvProblem(direction="fwd", batch=1, in_channels=4, out_channels=8, input_size=(6, 6),
+                          filter_size=(3, 3), stride=1, padding=1, dilation=1, dtype="bfloat16", arch="sm_90")
+    (declined,) = candidates(problem, torch.device("cuda"))
+    assert "gfx90a, gfx942, gfx950" in declined.reason and "sm_90" in declined.reason
+
+
+def test_cdna_conv2d_matches_float64_reference():
+    """A tiny float16 forward through conv-cdna under the interpreter (gfx942's tiles), against float64."""
+    gen = torch.Generator().manual_seed(1)
+    x, w = torch.randn(2, 5, 7, 7, generator=gen).half(), torch.randn(6, 5, 3, 3, generator=gen).half()
+    y = conv_core.conv2d(x, w, padding=1, backend="cdna")
+    ref = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
+    torch.testing.assert_close(y.double(), ref, rtol=2e-2, atol=2e-2)
 
 
 def test_conformance_check_on_a_tiny_case():
