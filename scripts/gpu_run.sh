@@ -9,6 +9,8 @@
 #          ahead-of-time compilation, which CI runs), the conformance kit, and the suite
 #          checks (gpu_suite_checks.py) by direction and layout; each under `timeout ${VERIFY_S:-540}`, outputs
 #          packed into OUT_DIR/verify_NAME.tgz
+#   (check: and verify: pass --dtypes ${CHECK_DTYPES:-bf16,fp16,fp32} to the conformance kit: conv-cdna takes
+#    CHECK_DTYPES=bf16,fp16, and CONV_CDNA_ARCH=gfx90a|gfx942|gfx950 to run a CDNA table's tiles on this GPU)
 #   bench:NAME : the suites benchmarked in every direction and layout (no tuning database) and the
 #                target report (conv-core tables report); raw files packed into OUT_DIR/bench_NAME.tgz (the device
 #                returns few files; `conv-core tables bundle` adds them to docs/benchmarks/raw/NAME.json.gz)
@@ -55,7 +57,7 @@ for stage in "$@"; do
       ;;
     check:*)
       name=${stage#check:}
-      conv-core check --device cuda --backend "$name" --dtypes bf16,fp16,fp32 2>&1 | tail -12 \
+      conv-core check --device cuda --backend "$name" --dtypes ${CHECK_DTYPES:-bf16,fp16,fp32} 2>&1 | tail -12 \
         | tee "$out/check_$name.txt" || status=1
       python3 scripts/gpu_suite_checks.py --backend "$name" --out "$out" \
         --suites resnet50:2,sd_vae_decoder:1,retinanet_head:1 ${SUITE_CHECK_ARGS:-} \
@@ -72,7 +74,7 @@ for stage in "$@"; do
         > "$work/pytest_a.txt" 2>&1 &
       CONV_RDNA_TEST_DEVICE=cuda CONV_CDNA_TEST_DEVICE=cuda timeout "$lim" python3 -m pytest -v -p no:cacheprovider "${tests[@]:$half}" \
         > "$work/pytest_b.txt" 2>&1 &
-      timeout "$lim" conv-core check --device cuda --backend "$name" --dtypes bf16,fp16,fp32 > "$work/check.txt" 2>&1 &
+      timeout "$lim" conv-core check --device cuda --backend "$name" --dtypes ${CHECK_DTYPES:-bf16,fp16,fp32} > "$work/check.txt" 2>&1 &
       for direction in fwd bwd_data bwd_weight; do
         for layout in nhwc nchw; do
           mkdir -p "$work/suite_${direction}_$layout"
