@@ -3,17 +3,24 @@
 The conformance kit (test_conformance.py) runs problems of at most 20 000 multiply-adds, where several kernels never
 apply (Winograd needs 64 channels, the few-channel weight gradients want more pixels than a tiny image has); here
 each kernel gets a problem it takes, in the direction and layouts it serves, with the configuration each of gfx90a's,
-gfx942's and gfx950's tables picks for it: so every shipped tile family is checked by numbers on CPU.
+gfx942's and gfx950's tables picks for it: so every shipped tile family is checked by numbers on CPU (float16), and
+on a GPU with ``CONV_CDNA_TEST_DEVICE=cuda`` (float16 and bfloat16, the tables' tiles at the same threads).
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from conv_cdna import candidates, configs
+from conv_core.arch import device_arch
 from conv_core.problem import ConvProblem
 from conv_core.testing import check_candidate
 from conv_rdna.registry import REGISTRY
+
+DEVICE = torch.device(os.environ.get("CONV_CDNA_TEST_DEVICE", "cpu"))
+DTYPES = ("float16",) if DEVICE.type == "cpu" else ("float16", "bfloat16")
 
 #: Small problems, first match per kernel: a general layer, Winograd's smallest, few input and few output channels,
 #: a strided one, depthwise, a 1x1 one.
@@ -29,23 +36,24 @@ SHAPES = (
 )
 
 
-def problem_for(kernel: str, arch: str) -> ConvProblem:
+def problem_for(kernel: str, dtype: str) -> ConvProblem:
     entry = REGISTRY[kernel]
     for shape in SHAPES:
         for layout in entry.layouts or ("channels_last", "channels_first"):
             fields = {"stride": (1, 1), "padding": 0, "dilation": (1, 1), "groups": 1, **shape}
-            problem = ConvProblem(direction=entry.directions[0], dtype="float16", layout=layout, arch="cpu",
-                                  **fields)
+            problem = ConvProblem(direction=entry.directions[0], dtype=dtype, layout=layout,
+                                  arch=device_arch(DEVICE), **fields)
             if entry.issue(problem) is None:
                 return problem
     raise AssertionError(f"no test shape for {kernel}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("arch", configs.TARGETS)
 @pytest.mark.parametrize("kernel", REGISTRY.names)
-def test_kernel_matches_float64_with_the_tables_tiles(kernel, arch, monkeypatch):
+def test_kernel_matches_float64_with_the_tables_tiles(kernel, arch, dtype, monkeypatch):
     monkeypatch.setenv("CONV_CDNA_ARCH", arch)
-    problem = problem_for(kernel, arch)
-    (candidate,) = [c for c in candidates.candidates(problem, torch.device("cpu")) if c.kernel == kernel]
-    result = check_candidate(problem, candidate, "cpu", seed=3)
+    problem = problem_for(kernel, dtype)
+    (candidate,) = [c for c in candidates.candidates(problem, DEVICE) if c.kernel == kernel]
+    result = check_candidate(problem, candidate, DEVICE, seed=3)
     assert result.ok, result

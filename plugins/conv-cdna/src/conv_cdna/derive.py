@@ -32,12 +32,13 @@ from .candidates import plan
 from .chips import DATA, chip
 from .configs import TARGETS
 
-#: (BLOCK_M, BLOCK_N, BLOCK_K, waves, stages): every tile a bucket may take.
+#: (BLOCK_M, BLOCK_N, BLOCK_K, waves, stages): every tile a bucket may take (8 waves on small tiles: the gathers of
+#: the few-channel weight gradients hold many addresses, and spill with 4).
 MENU = (
     (256, 256, 64, 8, 3), (256, 128, 64, 8, 2), (128, 256, 64, 8, 2),
     (128, 128, 64, 4, 2), (128, 128, 32, 4, 2), (128, 64, 64, 4, 2), (64, 128, 64, 4, 2), (64, 64, 64, 4, 2),
     (128, 32, 64, 4, 2), (64, 32, 64, 4, 2), (256, 32, 32, 4, 2), (128, 16, 64, 4, 2), (256, 16, 32, 4, 2),
-    (128, 64, 32, 4, 2), (64, 64, 32, 4, 2),
+    (128, 64, 32, 4, 2), (64, 64, 32, 4, 2), (128, 64, 64, 8, 2), (64, 64, 64, 8, 2), (64, 32, 64, 8, 2),
 )
 GROUP_M = 8
 
