@@ -4,8 +4,9 @@
 Every candidate the backend returns for the kit's edge cases and seeded random problems is checked against the
 float64 reference (poisoned ``out``, fresh result, determinism, untouched operands), in every direction and both
 layouts (few random problems: the kernels are conv-rdna's, whose own suite draws 24; here the tiles are what is
-new, and test_kernels.py runs each kernel with each table's). On the CPU only float16 runs: bfloat16 dots are upcast under the interpreter (conv-rdna's kernels), so
-they would re-check the same path; the GPU run covers bfloat16.
+new, and test_kernels.py runs each kernel with each table's). On the CPU only float16 runs: bfloat16 dots are
+upcast under the interpreter (conv-rdna's kernels), so they would re-check the same path; the GPU run covers
+bfloat16.
 """
 
 import os
