@@ -27,6 +27,7 @@ from conv_core.kit.declines import interpreting
 from conv_rdna import aot as rdna_aot
 from conv_rdna import specialization
 from conv_rdna.aot import Job, representative_problem
+from conv_rdna.registry import REGISTRY
 
 from . import configs
 from .candidates import plan
@@ -60,7 +61,7 @@ def distinct_jobs(targets=configs.TARGETS) -> tuple[list[Job], dict[str, int]]:
 def launch_of(job: Job):
     """The job's launch, as conv-cdna makes it on the target, and the dtypes of its pointer roles."""
     tab = configs.table(job.target)
-    family = rdna_aot.REGISTRY.family_of(job.kernel)
+    family = REGISTRY.family_of(job.kernel)
     config = next(c for c in tab.configs(family) if c.name == job.config)
     problem = representative_problem(job.kernel, job.dtype, job.layout, job.target, job.shape)
     return plan(problem, job.kernel, config, tab).launches[job.launch], specialization.role_dtypes(problem)
@@ -156,7 +157,7 @@ def record(results: list[dict]) -> None:
     found = rejected()
     for r in results:
         if r.get("ok") and resource_issue(r):
-            family = rdna_aot.REGISTRY.family_of(r["job"]["kernel"])
+            family = REGISTRY.family_of(r["job"]["kernel"])
             names = found.setdefault(r["job"]["target"], {}).setdefault(family, [])
             if r["job"]["config"] not in names:
                 names.append(r["job"]["config"])

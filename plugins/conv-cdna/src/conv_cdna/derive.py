@@ -23,7 +23,8 @@ from statistics import fmean
 
 from conv_core.suites import available_suites, suite_problems
 from conv_rdna import configs as rdna_configs
-from conv_rdna.configs import TileConfig, gemm_view
+from conv_core.kit.tables import Bucket
+from conv_rdna.configs import TileConfig, config_dict, gemm_view
 from conv_rdna.registry import REGISTRY
 
 from . import model
@@ -109,7 +110,7 @@ def choose(arch: str, family: str, problems: list, tab) -> list[dict]:
     by_bucket: list[list[dict]] = [[] for _ in conditions]
     for times, problem in rows:
         view = gemm_view(problem, family)
-        index = next(i for i, when in enumerate(conditions) if _matches(when, view))
+        index = next(i for i, when in enumerate(conditions) if Bucket(when, None).matches(view, problem.dtype))
         by_bucket[index].append(times)
     chosen = []
     for when, members in zip(conditions, by_bucket):
@@ -121,19 +122,10 @@ def choose(arch: str, family: str, problems: list, tab) -> list[dict]:
         if chosen and chosen[-1]["config"] == best:
             chosen.pop()
         chosen.append({"when": dict(when), "config": best} if when else {"config": best})
-    return [{**({"when": b["when"]} if "when" in b else {}), "config": _raw(b["config"])} for b in chosen]
+    return [{**({"when": b["when"]} if "when" in b else {}), "config": config_dict(b["config"])} for b in chosen]
 
 
 MENU_ORDER = {config_of(entry): i for i, entry in enumerate(MENU)}
-
-
-def _matches(when: dict, view: dict) -> bool:
-    return all(view[key[4:]] <= bound for key, bound in when.items())
-
-
-def _raw(config: TileConfig) -> dict:
-    return {"BLOCK_M": config.block_m, "BLOCK_N": config.block_n, "BLOCK_K": config.block_k,
-            "GROUP_M": config.group_m, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
 def _same_threads(block: dict) -> dict:
@@ -141,17 +133,11 @@ def _same_threads(block: dict) -> dict:
     return {**block, "num_warps": max(block["num_warps"] // 2, 1)}
 
 
-def _stencil(config) -> dict:
-    """A stencil configuration of conv-rdna's H100 table as JSON, at the same threads."""
-    raw = {key if key in ("num_warps", "num_stages") else key.upper(): value for key, value in config.__dict__.items()}
-    return _same_threads(raw)
-
-
 def rules(arch: str) -> dict:
     """What a table holds besides its tiled families, from the chip's compute units and conv-rdna's H100 blocks."""
     cus = chip(arch).compute_units
     source = rdna_configs.table(RDNA_SOURCE)
-    stencils = {family: [{**({"when": dict(b.when)} if b.when else {}), "config": _stencil(b.config)}
+    stencils = {family: [{**({"when": dict(b.when)} if b.when else {}), "config": _same_threads(config_dict(b.config))}
                          for b in source.families[family] if "float32" not in b.when.get("dtypes", ())]
                 for family in rdna_configs.DEPTHWISE_FAMILIES}
     return {
@@ -172,7 +158,7 @@ def derive_arch(arch: str) -> dict:
     provisional = {"measured": False, "families": {**fixed.pop("stencils")}, "layers": {}, "efficiency": {}, **fixed}
     # Plans read the split rules and reduction blocks from the table: derive with those in place.
     tab = rdna_configs.build_table({arch: {**provisional, "families": {
-        **provisional["families"], **{f: [{"config": _raw(config_of(MENU[0]))}] for f in BUCKETS}}}},
+        **provisional["families"], **{f: [{"config": config_dict(config_of(MENU[0]))}] for f in BUCKETS}}}},
         arch, {}, "derivation")
     problems = layers(arch)
     families = {family: choose(arch, family, problems, tab) for family in BUCKETS}

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import dataclasses
 from dataclasses import dataclass
 
 from conv_core.arch import known_architectures, spec
@@ -160,6 +161,13 @@ class StencilConfig:
         of a program's accumulators) through shared memory for a layout change or the weight gradient's
         final pixel sum."""
         return self.block_t * self.block_h * self.block_w * self.block_c * 4
+
+
+def config_dict(config: TileConfig | StencilConfig) -> dict:
+    """A configuration as the tables write it: the inverse of ``from_dict`` (``num_warps``, ``num_stages`` as
+    they are, every other field upper-cased), for the tools that write tables."""
+    return {f.name if f.name.startswith("num_") else f.name.upper(): getattr(config, f.name)
+            for f in dataclasses.fields(config)}
 
 
 #: Families whose table entries are not :class:`TileConfig`.
