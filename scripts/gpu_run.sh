@@ -16,7 +16,7 @@
 #                returns few files; `conv-core tables bundle` adds them to docs/benchmarks/raw/NAME.json.gz)
 #   tune:NAME  : `conv-core tune` over the same suites, split into the tables NAME and aten ship (`conv-core tables
 #                split`, naming the run $TABLES_RUN), installed into the packages for the stages after it
-#                (OUT_DIR/tune_NAME.tgz)
+#                (OUT_DIR/tune_NAME.tgz; TUNE_MERGE=1 merges into the shipped tables instead); TUNE_SUITES, TUNE_DIRECTIONS and TUNE_LAYOUTS narrow it as BENCH_* narrow bench
 #   sweep:NAME : `python -m conv_NAME.sweep run $SWEEP_ARGS_NAME` (the offline configuration sweep), merged into the
 #                package's data/swept/<arch>.json for the stages after it (OUT_DIR/sweep_NAME.json)
 #   gluon      : conv-gluon's GPU harness (pytest of plugins/conv-gluon/tests/test_gpu_harness.py; stages
@@ -109,20 +109,27 @@ for stage in "$@"; do
     tune:*)
       name=${stage#tune:}
       work=$(mktemp -d)
-      for spec in resnet50:32 sd_vae_decoder:1 retinanet_head:2; do
-        for direction in fwd bwd_data bwd_weight; do
-          for layout in nhwc nchw; do
+      for spec in ${TUNE_SUITES:-resnet50:32 sd_vae_decoder:1 retinanet_head:2}; do
+        for direction in ${TUNE_DIRECTIONS:-fwd bwd_data bwd_weight}; do
+          for layout in ${TUNE_LAYOUTS:-nhwc nchw}; do
             CONV_CORE_PLUGINS=$name conv-core tune --suite "${spec%%:*}" --batch "${spec##*:}" --dtype bf16 --layout $layout \
               --direction $direction --reps "${REPS:-30}" --db "$work/tuning.json" >> "$work/tune.log" 2>&1 || status=1
           done
         done
         tar czf "$out/tune_$name.tgz" -C "$work" .  # what is done so far survives a time-out
       done
-      conv-core tables split "$work/tuning.json" "$work/tables" \
+      # with TUNE_MERGE=1 the shipped tables keep their entries (a tuning of new suites joins them)
+      mkdir -p "$work/tables" packages/conv-core/src/conv_core/data/tables "plugins/conv-$name/src/conv_$name/data/tables"
+      merge=()
+      if [ "${TUNE_MERGE:-0}" = 1 ]; then
+        merge=(--merge)
+        cp packages/conv-core/src/conv_core/data/tables/aten_*.json "plugins/conv-$name/src/conv_$name/data/tables/"*.json \
+          "$work/tables/"
+      fi
+      conv-core tables split "$work/tuning.json" "$work/tables" "${merge[@]}" \
         --run "${TABLES_RUN:-gpu_run.sh tune:$name $(date -u +%Y-%m-%dT%H:%M) $(nvidia-smi --query-gpu=name \
         --format=csv,noheader | head -1)}" || status=1
       # install them where the packages ship them, so later stages of this run rank on them too
-      mkdir -p packages/conv-core/src/conv_core/data/tables "plugins/conv-$name/src/conv_$name/data/tables"
       cp "$work"/tables/aten_*.json packages/conv-core/src/conv_core/data/tables/
       cp "$work"/tables/"${name}"_*.json "plugins/conv-$name/src/conv_$name/data/tables/"
       tar czf "$out/tune_$name.tgz" -C "$work" .

@@ -110,3 +110,17 @@ def test_replay_scores_the_picks_against_each_run():
     assert result.same == [1, 1] and len(result.slower) == 2
     assert result.over_fastest == [1.25, 2.0]
     assert math.isclose(float(result.lines()[0].split("geomean ")[1].split(",")[0]), math.sqrt(0.4), abs_tol=1e-3)
+
+
+def test_split_merges_into_the_shipped_tables(tmp_path):
+    """A tuning of new suites joins the shipped tables: their entries and runs stay, the database's win."""
+    shipped = tmp_path / "tables"
+    write_entries(shipped / "rdna_sm_90.json", [entry("rdna:implicit_gemm:a", 8.0), entry("rdna:gemm1x1:b", 5.0)],
+                  runs=["log #17"])
+    db = tmp_path / "tuning.json"
+    write_entries(db, [entry("rdna:implicit_gemm:a", 7.0), entry("rdna:implicit_gemm:a", 3.0, OTHER)])
+    tables.split(db, shipped, run="log #23", merge=True)
+    merged = {(e.problem, e.kernel): e.us for e in read_entries(shipped / "rdna_sm_90.json")}
+    assert merged == {(KEY, "rdna:implicit_gemm:a"): 7.0, (KEY, "rdna:gemm1x1:b"): 5.0,
+                      (OTHER, "rdna:implicit_gemm:a"): 3.0}
+    assert read_runs(shipped / "rdna_sm_90.json") == ["log #17", "log #23"]

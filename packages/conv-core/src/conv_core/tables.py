@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .tuning import Entry, read_entries, read_runs, write_entries
+from .tuning import Entry, merge_entries, read_entries, read_runs, write_entries
 
 
 @dataclass(frozen=True)
@@ -64,20 +64,25 @@ def with_run(runs: list[str], run: str | None) -> list[str]:
     return runs + [run] if run and run not in runs else list(runs)
 
 
-def split(database: str | Path, out: str | Path, run: str | None = None) -> dict[str, int]:
+def split(database: str | Path, out: str | Path, run: str | None = None, merge: bool = False) -> dict[str, int]:
     """``out/<backend>_<arch>.json`` for each (backend, arch) of a tuning database; returns entries per file.
 
     ``conv-core tune`` writes every backend's measurements into one database, and a backend ships only its
     own kernels' times (the core ignores the rest of a table). ``run`` names the run the database came from.
+    With ``merge``, a table already in ``out`` keeps its entries and runs and takes the database's (which win
+    where both timed a kernel on a problem): how a tuning of new suites joins the shipped tables.
     """
     groups = defaultdict(list)
     for entry in read_entries(Path(database)):
         groups[(entry.kernel.split(":", 1)[0], entry.arch)].append(entry)
     written = {}
     for (backend, arch), entries in sorted(groups.items()):
-        name = f"{backend}_{arch}.json"
-        write_entries(Path(out) / name, entries, runs=with_run([], run))
-        written[name] = len(entries)
+        path = Path(out) / f"{backend}_{arch}.json"
+        runs = []
+        if merge and path.exists():
+            entries, runs = merge_entries(read_entries(path), entries), read_runs(path)
+        write_entries(path, entries, runs=with_run(runs, run))
+        written[path.name] = len(entries)
     return written
 
 

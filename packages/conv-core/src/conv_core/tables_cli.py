@@ -3,7 +3,7 @@
 ::
 
     conv-core tables show    [TABLE.json ...]                  (default: every table the backends ship)
-    conv-core tables split   TUNING_DB OUT_DIR [--run LABEL]
+    conv-core tables split   TUNING_DB OUT_DIR [--run LABEL --merge]
     conv-core tables combine TABLES_DIR OUT_DIR BENCH.json ... [--run LABEL --sweep S.json --new NAME
                              --drop PREFIXES --replace PREFIXES]
     conv-core tables replay  RUN_DIR ... [--estimates]
@@ -38,6 +38,8 @@ def add_parser(sub) -> None:
     s.add_argument("database")
     s.add_argument("out")
     s.add_argument("--run", help="the run the database came from, named in each table's runs")
+    s.add_argument("--merge", action="store_true", help="merge into the tables already in OUT (a tuning of new "
+                   "suites added to the shipped tables) instead of replacing them")
 
     s = tsub.add_parser("combine", help="fold bench runs into tables conservatively (against the plugin)")
     s.add_argument("tables", help="folder of the tables to fold into")
@@ -97,7 +99,7 @@ def show(args: argparse.Namespace) -> int:
 def split(args: argparse.Namespace) -> int:
     from .tables import split as split_tables
 
-    for name, n in split_tables(args.database, args.out, run=args.run).items():
+    for name, n in split_tables(args.database, args.out, run=args.run, merge=args.merge).items():
         print(f"{name}: {n} entries")
     return 0
 
