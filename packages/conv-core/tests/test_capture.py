@@ -29,7 +29,7 @@ class Known(nn.Module):
         self.grouped = nn.Conv2d(16, 16, 3, padding=1, groups=4, bias=False)
         self.core = cnn.Conv2d(16, 32, 1, activation="relu")
         self.head_weight = nn.Parameter(torch.randn(8, 32, 3, 3) * 0.1)
-        self.up = nn.ConvTranspose2d(8, 8, 2, stride=2)  # not a conv-core problem: skipped
+        self.up = nn.ConvTranspose2d(8, 8, 2, stride=2)  # the data gradient of a 6x6 -> 3x3 convolution
 
     def forward(self, x):
         x = self.grouped(self.grouped(self.stem(x)))  # the grouped conv runs twice
@@ -46,6 +46,7 @@ def expected_known(n: int = 2, **common) -> list[tuple[str, ConvProblem, int]]:
         ("core", _problem(n, 16, 32, (8, 8), 1, bias=True, activation="relu", **common), 1),
         ("", _problem(n, 32, 8, (8, 8), 3, stride=2, **common), 1),
         ("", _problem(n, 32, 8, (8, 8), 3, stride=2, padding=((0, 1), (0, 1)), **common), 1),
+        ("up", _problem(n, 8, 8, (6, 6), 2, stride=2, **common).with_direction("bwd_data"), 1),
     ]
 
 

@@ -196,7 +196,7 @@ def test_convert_only_exact_torch_convolutions():
     model = nn.Sequential(nn.Conv1d(2, 2, 1), nn.Conv3d(2, 2, 1), MyConv(2, 2, 1), nn.ConvTranspose2d(2, 2, 2),
                           cnn.Conv2d(2, 2, 1, backend="mine"))
     cnn.convert(model, backend="aten")
-    assert [type(m) for m in model] == [cnn.Conv1d, cnn.Conv3d, MyConv, nn.ConvTranspose2d, cnn.Conv2d]
+    assert [type(m) for m in model] == [cnn.Conv1d, cnn.Conv3d, MyConv, cnn.ConvTranspose2d, cnn.Conv2d]
     assert model[0].backend == model[1].backend == "aten"
     assert model[4].backend == "mine", "an already converted module is left alone"
     root = nn.Conv2d(2, 2, 1)

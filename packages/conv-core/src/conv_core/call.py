@@ -45,7 +45,7 @@ class ConvArgs:
         if backend is not None and not isinstance(backend, str):
             raise ValueError(f"backend={backend!r} must be a backend's name or None")
         return cls(ndim, stride, pads, dilation, groups, activations.check_activation(activation),
-                   _out_dtype_name(out_dtype), backend)
+                   out_dtype_name(out_dtype), backend)
 
     @property
     def symmetric_padding(self) -> tuple[int, ...] | None:
@@ -65,7 +65,7 @@ class ConvArgs:
         ).with_direction(direction)
 
 
-def _out_dtype_name(out_dtype) -> str | None:
+def out_dtype_name(out_dtype) -> str | None:
     if out_dtype is None:
         return None
     try:

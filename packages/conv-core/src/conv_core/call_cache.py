@@ -1,14 +1,15 @@
 """The engine's memory of calls: one typed cache per purpose, each keyed on what pins its answer.
 
 A call's signature is checked, normalised and ranked once; afterwards the answer is looked up here.
-Four questions are asked, each with its own key and its own kind of answer:
+Five questions are asked, each with its own key and its own kind of answer:
 
 - ``eager``: how an eager ``conv*d`` call runs (:mod:`conv_core.functional`): its route;
+- ``transposed``: how an eager ``conv_transpose*d`` call runs: its route (:mod:`conv_core.transposed_route`);
 - ``op_routes``: how the opaque op ``conv_core::convolution`` runs its forward (:func:`conv_core.routes.forward`);
 - ``backward``: the ranking a backward op runs when no route brought one (:mod:`conv_core.routes`);
 - ``traced``: whether a plugin kernel wins a layer traced by ``torch.compile`` (:mod:`conv_core.ops`).
 
-``Engine.reset`` clears all four (:meth:`CallCaches.clear`).
+``Engine.reset`` clears all five (:meth:`CallCaches.clear`).
 """
 
 from __future__ import annotations
@@ -20,21 +21,28 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 import torch
 
 from .call import ConvArgs
+from .transposed import TransposedArgs
 from .ranking import Ranking
 
 if TYPE_CHECKING:  # routes imports the engine, which holds these caches
     from .routes import Route
+    from .transposed_route import TransposedRoute
 
 #: The eager key's fields, in order. The key is a plain tuple built inline on every call: constructing a
 #: NamedTuple there costs more than the whole lookup. The arguments are as given (lists frozen to tuples).
 EAGER_KEY_FIELDS = ("input_shape", "input_stride", "input_dtype", "device", "weight_shape", "weight_dtype",
                     "no_bias", "needs_grad", "deterministic", "ndim", "stride", "padding", "dilation", "groups",
                     "activation", "out_dtype", "backend")
+#: The transposed key's: the eager key's, with ``output_padding`` and the arguments in PyTorch's order.
+TRANSPOSED_KEY_FIELDS = ("input_shape", "input_stride", "input_dtype", "device", "weight_shape", "weight_dtype",
+                         "no_bias", "needs_grad", "deterministic", "ndim", "stride", "padding", "output_padding",
+                         "groups", "dilation", "activation", "out_dtype", "backend")
 EagerKey = tuple
 
 
 class Runner(Protocol):
-    """What the eager cache holds: a :class:`~conv_core.routes.Route` or a route with autograd's activation."""
+    """What the eager caches hold: a :class:`~conv_core.routes.Route` (or a transposed one) or a route with
+    autograd's activation."""
 
     direct: bool
 
@@ -71,7 +79,7 @@ class BackwardKey(NamedTuple):
 class TracedKey(NamedTuple):
     """A layer met while tracing: what the eager route of the same call would depend on."""
 
-    args: ConvArgs
+    args: ConvArgs | TransposedArgs
     input_shape: tuple[int, ...]
     input_stride: tuple[int, ...]
     input_dtype: torch.dtype
@@ -84,20 +92,21 @@ class TracedKey(NamedTuple):
 
 @dataclass
 class CallCaches:
-    """The four caches; see the module's text for who asks each."""
+    """The five caches; see the module's text for who asks each."""
 
     eager: dict[EagerKey, Runner] = field(default_factory=dict)
+    transposed: dict[EagerKey, Runner] = field(default_factory=dict)
     op_routes: dict[OpKey, Route] = field(default_factory=dict)
     backward: dict[BackwardKey, Ranking] = field(default_factory=dict)
     traced: dict[TracedKey, bool] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget every answer (the next call of each signature decides again)."""
-        for cache in (self.eager, self.op_routes, self.backward, self.traced):
+        for cache in (self.eager, self.transposed, self.op_routes, self.backward, self.traced):
             cache.clear()
 
-    def routes(self) -> Iterator[Route]:
+    def routes(self) -> Iterator[Route | TransposedRoute]:
         """Every route kept, eager and opaque-op ones (a route with autograd's activation gives its inner one)."""
-        for runner in self.eager.values():
+        for runner in (*self.eager.values(), *self.transposed.values()):
             yield getattr(runner, "route", runner)
         yield from self.op_routes.values()

@@ -15,6 +15,12 @@ called:
 - the ``conv_core::convolution`` custom op (a graph from ``torch.compile`` or
   ``torch.export`` run eagerly) runs the same plan, and is recorded there too.
 
+Transposed convolutions (``nn.ConvTranspose*d``, ``F.conv_transpose*d`` and
+conv-core's) are recorded as the convolution whose data gradient they are
+(:mod:`conv_core.transposed`), marked ``transposed``: their forward is that
+convolution's ``bwd_data`` problem. One whose geometry has no such problem
+(``output_padding`` not smaller than ``stride``) is not recorded.
+
 Each record carries the name of the innermost module running when the
 convolution ran (``""`` for the model itself, as in ``named_modules()``).
 Identical problems are merged into one :class:`CapturedLayer` with a count.
@@ -26,6 +32,7 @@ during a capture are not recorded.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 
@@ -33,8 +40,10 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import routes
+from . import routes, transposed_route
 from .problem import ConvProblem
+from .suites import SuiteLayer
+from .transposed import CONV_DIRECTION, TransposedArgs, problem_of_transposed_call
 
 __all__ = ["CapturedLayer", "capture_shapes"]
 
@@ -49,13 +58,25 @@ class CapturedLayer:
     """One distinct problem a model ran, how often, and which modules ran it.
 
     ``name`` is the first module that ran it; ``modules`` lists every distinct
-    module that did, in the order they first ran it.
+    module that did, in the order they first ran it. A ``transposed`` layer's
+    ``problem`` is the convolution whose data gradient it is, in the direction
+    that computes the captured direction (its forward: ``bwd_data``).
     """
 
     name: str
     problem: ConvProblem
     count: int
     modules: tuple[str, ...] = ()
+    transposed: bool = False
+
+    def suite_layer(self) -> SuiteLayer:
+        """This layer as a shape suite's (:mod:`conv_core.suites`): the convolution's geometry."""
+        layer = SuiteLayer.from_problem(self.name, self.problem, self.count)
+        if not self.transposed:
+            return layer
+        if "transposed" not in SuiteLayer.__dataclass_fields__:  # suites.py gains the field in a parallel change
+            raise ValueError(f"{self.name}: this conv_core.suites has no transposed layers")
+        return dataclasses.replace(layer, transposed=True)
 
 
 @dataclass
@@ -63,13 +84,13 @@ class _Recorder:
     """The state of one capture: the records so far, the module stack, and the conv-core nesting depth."""
 
     thread: int = field(default_factory=threading.get_ident)
-    records: list[tuple[str, ConvProblem]] = field(default_factory=list)
+    records: list[tuple[str, ConvProblem, bool]] = field(default_factory=list)
     module_stack: list[str] = field(default_factory=list)
     #: > 0 while conv-core runs a call it has already recorded: aten convolutions then belong to that call.
     core_depth: int = 0
 
-    def record(self, problem: ConvProblem) -> None:
-        self.records.append((self.module_stack[-1] if self.module_stack else "", problem))
+    def record(self, problem: ConvProblem, transposed: bool = False) -> None:
+        self.records.append((self.module_stack[-1] if self.module_stack else "", problem, transposed))
 
     @contextlib.contextmanager
     def inside_core_call(self):
@@ -83,12 +104,17 @@ class _Recorder:
 # ---- where convolutions are seen ----------------------------------------------------------------
 
 
-def _problem_of_aten_call(args) -> ConvProblem | None:
-    """The problem of an ``aten.convolution``-style call, or None for a transposed convolution."""
-    input, weight, bias, stride, padding, dilation, transposed, _output_padding, groups = args[:9]
-    if transposed:
+def _problem_of_aten_call(args) -> tuple[ConvProblem, bool] | None:
+    """(the problem, whether transposed) of an ``aten.convolution``-style call; None for a transposed one
+    that is no convolution's data gradient."""
+    input, weight, bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
+    if not transposed:
+        return ConvProblem.from_tensors(input, weight, bias, stride, list(padding), dilation, groups), False
+    ndim = input.dim() - 2
+    targs = TransposedArgs.of(ndim, stride, list(padding), output_padding, groups, dilation, None, None, None)
+    if not targs.expressible:
         return None
-    return ConvProblem.from_tensors(input, weight, bias, stride, list(padding), dilation, groups)
+    return problem_of_transposed_call(ndim, input, weight, bias, targs), True
 
 
 class _ConvolutionMode(TorchDispatchMode):
@@ -102,9 +128,9 @@ class _ConvolutionMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.recorder.core_depth == 0:
             if func in _ATEN_CONVOLUTIONS:
-                problem = _problem_of_aten_call(args)
-                if problem is not None:
-                    self.recorder.record(problem)
+                found = _problem_of_aten_call(args)
+                if found is not None:
+                    self.recorder.record(*found)
         # Ops run from here do not re-enter this mode (it is popped while its handler runs).
         return func(*args, **kwargs)
 
@@ -113,27 +139,37 @@ class _ConvolutionMode(TorchDispatchMode):
 def _recording_core_calls(recorder: _Recorder):
     """Record conv-core's eager forward calls at their entry, and mark the aten work inside them.
 
-    ``routes.Route.run`` is the one place every eager conv-core forward call
-    passes, holding the exact problem it solves, so wrapping it for the
-    duration of the capture sees them all without conv-core knowing about capturing.
+    ``routes.Route.run`` (``transposed_route.TransposedRoute.run`` for transposed
+    calls) is the one place every eager conv-core forward call passes, holding
+    the exact problem it solves, so wrapping it for the duration of the capture
+    sees them all without conv-core knowing about capturing.
     """
-    original = routes.Route.run
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_wrapping_run(routes.Route, recorder, transposed=False))
+        stack.enter_context(_wrapping_run(transposed_route.TransposedRoute, recorder, transposed=True))
+        yield
+
+
+@contextlib.contextmanager
+def _wrapping_run(route_class: type, recorder: _Recorder, transposed: bool):
+    """``route_class.run`` recording its problem for the duration (a route with none runs unrecorded)."""
+    original = route_class.run
 
     def run(plan, x, w, bias):
-        if threading.get_ident() != recorder.thread:
+        if threading.get_ident() != recorder.thread or plan.problem is None:
             return original(plan, x, w, bias)
-        recorder.record(plan.problem)
+        recorder.record(plan.problem, transposed)
         if x.device.type == "meta":
             # Nothing needs to run on "meta"; shapes, dtype and layout are all a capture needs.
-            return plan.problem.empty_result(x.device)
+            return plan.empty_result(x.device) if transposed else plan.problem.empty_result(x.device)
         with recorder.inside_core_call():
             return original(plan, x, w, bias)
 
-    routes.Route.run = run
+    route_class.run = run
     try:
         yield
     finally:
-        routes.Route.run = original
+        route_class.run = original
 
 
 @contextlib.contextmanager
@@ -168,17 +204,18 @@ def _run(model: nn.Module, example_input) -> None:
         model(example_input)
 
 
-def _merge(records: list[tuple[str, ConvProblem]], direction: str) -> list[CapturedLayer]:
-    """One layer per distinct problem (in ``direction``), in order of first appearance."""
-    counts: dict[ConvProblem, int] = {}
-    modules: dict[ConvProblem, list[str]] = {}
-    for name, problem in records:
-        problem = problem.with_direction(direction)
-        counts[problem] = counts.get(problem, 0) + 1
-        names = modules.setdefault(problem, [])
+def _merge(records: list[tuple[str, ConvProblem, bool]], direction: str) -> list[CapturedLayer]:
+    """One layer per distinct problem (in ``direction``; a transposed layer's in the direction that computes
+    it), in order of first appearance."""
+    counts: dict[tuple[ConvProblem, bool], int] = {}
+    modules: dict[tuple[ConvProblem, bool], list[str]] = {}
+    for name, problem, transposed in records:
+        key = (problem.with_direction(CONV_DIRECTION[direction] if transposed else direction), transposed)
+        counts[key] = counts.get(key, 0) + 1
+        names = modules.setdefault(key, [])
         if name not in names:
             names.append(name)
-    return [CapturedLayer(modules[p][0], p, n, tuple(modules[p])) for p, n in counts.items()]
+    return [CapturedLayer(modules[k][0], k[0], n, tuple(modules[k]), k[1]) for k, n in counts.items()]
 
 
 def capture_shapes(model: nn.Module, example_input, *, direction: str = "fwd") -> list[CapturedLayer]:
@@ -188,7 +225,8 @@ def capture_shapes(model: nn.Module, example_input, *, direction: str = "fwd") -
     positional arguments, or a dict of keyword arguments. Problems are returned
     in ``direction`` (the backward problems of the forward convolutions, for
     ``bwd_data`` / ``bwd_weight``), each with the number of times it ran.
-    Transposed convolutions are not conv-core problems and are skipped. Works
+    Transposed convolutions are recorded as the convolution whose data gradient
+    they are (``transposed=True``; see the module's text). Works
     on the ``meta`` device (arch ``"meta"``), which makes capturing big models cheap
     (conv-core calls then return an empty result of the right shape instead of running).
     """

@@ -15,6 +15,7 @@ import torch
 
 from .call import ConvArgs, autocast_operands
 from .problem import torch_dtype
+from .transposed import TransposedArgs
 
 
 def op_args(stride, padding, dilation, groups, activation, out_dtype, backend) -> ConvArgs:
@@ -40,6 +41,20 @@ def call_backward_ops(input, weight, grad_pre, layout: str, args: ConvArgs, need
     return dx, dw
 
 
+def call_transposed_backward_ops(input, weight, grad_pre, args: ConvArgs, needed) -> tuple:
+    """(dx, dw) of a transposed call through the custom ops, as ``C``'s forward and weight gradient
+    (:mod:`conv_core.transposed`); ``args`` are ``C``'s."""
+    stride, padding, dilation, groups, _, _, backend = op_operands(args)
+    geometry = (stride, padding, dilation, groups, backend)
+    ops = torch.ops.conv_core
+    dx = dw = None
+    if needed[0]:
+        dx = ops.convolution(grad_pre, weight, None, stride, padding, dilation, groups, "", None, backend)
+    if needed[1]:
+        dw = ops.convolution_backward_weight(grad_pre, input, list(weight.shape), *geometry)
+    return dx, dw
+
+
 def traced_call(ndim: int, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype,
                 backend) -> torch.Tensor:
     """A conv-core call while ``torch.compile`` traces: normalised and handed to ``conv_core::conv``."""
@@ -49,3 +64,29 @@ def traced_call(ndim: int, input, weight, bias, stride, padding, dilation, group
     input, weight, bias = autocast_operands(input, weight, bias)
     args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, backend)
     return torch.ops.conv_core.conv(input, weight, bias, *op_operands(args))
+
+
+def traced_transposed_call(ndim: int, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                           activation, out_dtype, backend) -> torch.Tensor:
+    """A transposed call while ``torch.compile`` traces: normalised and handed to ``conv_core::conv_transpose``."""
+    if input.dim() == ndim + 1:
+        return traced_transposed_call(ndim, input.unsqueeze(0), weight, bias, stride, padding, output_padding,
+                                      groups, dilation, activation, out_dtype, backend).squeeze(0)
+    input, weight, bias = autocast_operands(input, weight, bias)
+    args = TransposedArgs.of(ndim, stride, padding, output_padding, groups, dilation, activation, out_dtype,
+                             backend)
+    return torch.ops.conv_core.conv_transpose(input, weight, bias, *transposed_op_operands(args))
+
+
+def transposed_op_args(stride, padding, output_padding, groups, dilation, activation, out_dtype,
+                       backend) -> TransposedArgs:
+    """The :class:`TransposedArgs` of ``conv_core::conv_transpose``'s list arguments."""
+    return TransposedArgs.of(len(stride), stride, padding, output_padding, groups, dilation, activation or None,
+                             out_dtype, backend or None)
+
+
+def transposed_op_operands(args: TransposedArgs) -> tuple:
+    """``args`` as ``conv_core::conv_transpose`` takes them (its schema's order, PyTorch's)."""
+    c = args.conv
+    return (list(c.stride), list(args.padding), list(args.output_padding), c.groups, list(c.dilation),
+            args.activation or "", None if args.out_dtype is None else torch_dtype(args.out_dtype), c.backend or "")

@@ -22,6 +22,7 @@ from .engine import NoCandidateError, get_engine
 from .problem import ConvProblem
 from .progress import format_table
 from .ranking import Ranking, rank
+from .transposed import CONV_DIRECTION, TransposedArgs, check_transposed_call, describe, problem_of_transposed_call
 
 
 @dataclass(frozen=True)
@@ -38,15 +39,20 @@ class Row:
 
 @dataclass
 class Explanation:
-    """Everything that decided the kernel for ``problem`` on ``device``."""
+    """Everything that decided the kernel for ``problem`` on ``device``.
 
-    problem: ConvProblem
+    ``call`` says how a transposed call maps onto ``problem`` (:mod:`conv_core.transposed`); where it maps
+    onto none, ``problem`` is None and PyTorch's transposed convolution runs.
+    """
+
+    problem: ConvProblem | None
     device: str
     rows: list[Row]
     declines: list[Declined]
     excluded: list[tuple[str, str]]
     failed_backends: list[tuple[str, str]]
     notes: list[str] = field(default_factory=list)
+    call: str = ""
 
     @property
     def picked(self) -> str | None:
@@ -56,7 +62,8 @@ class Explanation:
     def to_dict(self) -> dict:
         """Plain JSON-ready data (non-finite times become null)."""
         return {
-            "problem": self.problem.key,
+            "call": self.call or None,
+            "problem": None if self.problem is None else self.problem.key,
             "device": self.device,
             "picked": self.picked,
             "ranked": [{"rank": r.rank, "kernel": r.kernel, "us": _finite(r.us), "source": r.source,
@@ -69,7 +76,10 @@ class Explanation:
 
     def __str__(self) -> str:
         p = self.problem
-        lines = [
+        lines = [self.call] if self.call else []
+        if p is None:
+            return "\n".join([*lines, f"device   {self.device}"])
+        lines += [
             f"problem  {p.key}",
             f"shape    {describe_shape(p)}  ({p.direction}, {p.dtype}, {p.layout}; {_flops(p.flops)})",
             f"device   {self.device}",
@@ -96,8 +106,13 @@ class Explanation:
 def explain(problem_or_input: ConvProblem | torch.Tensor, weight: torch.Tensor | None = None,
             bias: torch.Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1, *,
             activation: str | None = None, out_dtype=None, direction: str = "fwd",
-            device: torch.device | str | None = None, backend: str | None = None) -> Explanation:
+            device: torch.device | str | None = None, backend: str | None = None, transposed: bool = False,
+            output_padding=0) -> Explanation:
     """Explain the engine's choice for a problem, or for the tensors of a ``conv*d`` call.
+
+    ``transposed=True`` (with ``output_padding``) explains a ``conv_transpose*d`` call instead: the choice
+    for the problem of the convolution whose ``direction`` computes it (:mod:`conv_core.transposed`), or,
+    for a geometry no such problem has, why PyTorch's transposed convolution runs.
 
     With a :class:`ConvProblem`, ``device`` defaults to the CPU for ``cpu``
     problems and the current GPU otherwise. With tensors, the problem is the
@@ -109,7 +124,16 @@ def explain(problem_or_input: ConvProblem | torch.Tensor, weight: torch.Tensor |
     in this process shows as excluded); when no candidate is left, a fresh
     ranking still lists every decline and exclusion.
     """
-    if isinstance(problem_or_input, ConvProblem):
+    call = ""
+    if transposed:
+        if weight is None:
+            raise TypeError("explain(transposed=True) needs the input and weight tensors of a call")
+        problem, call = _transposed_problem(problem_or_input, weight, bias, stride, padding, output_padding, groups,
+                                            dilation, activation, out_dtype, direction)
+        device = problem_or_input.device if device is None else torch.device(device)
+        if problem is None:
+            return Explanation(None, _describe_device(device), [], [], [], [], call=call)
+    elif isinstance(problem_or_input, ConvProblem):
         problem = problem_or_input
         device = torch.device(device if device is not None else _default_device(problem))
     else:
@@ -131,7 +155,21 @@ def explain(problem_or_input: ConvProblem | torch.Tensor, weight: torch.Tensor |
         excluded=list(ranking.excluded),
         failed_backends=[(b.name, b.load_error) for b in engine.registry.backends() if b.load_error],
         notes=_notes(engine, problem, device, backend),
+        call=call,
     )
+
+
+def _transposed_problem(input, weight, bias, stride, padding, output_padding, groups, dilation, activation,
+                        out_dtype, direction) -> tuple[ConvProblem | None, str]:
+    """(the problem, the line saying how the transposed call maps onto it) for a ``conv_transpose*d`` call."""
+    x, weight, bias = autocast_operands(input, weight, bias)
+    ndim = x.dim() - 2 if isinstance(x, torch.Tensor) else 0
+    if direction not in CONV_DIRECTION:
+        raise ValueError(f"direction={direction!r} is not one of {', '.join(CONV_DIRECTION)}")
+    args = TransposedArgs.of(ndim, stride, padding, output_padding, groups, dilation, activation, out_dtype, None)
+    check_transposed_call(ndim, x, weight, bias, args)
+    problem = problem_of_transposed_call(ndim, x, weight, bias, args, direction) if args.expressible else None
+    return problem, describe(ndim, direction, problem, args)
 
 
 def _ranking(engine, problem: ConvProblem, device: torch.device, backend: str | None) -> Ranking:

@@ -21,10 +21,12 @@ from . import activations
 from . import engine as engine_module
 from .call import ConvArgs, autocast_operands, check_call
 from .call_cache import EagerKey
-from .dispatch import call_backward_ops, traced_call
+from .dispatch import call_backward_ops, traced_call, traced_transposed_call
 from .engine import get_engine
 from .problem import dtype_name, torch_dtype
 from .routes import CONV, Route, backward_data, backward_weight, bias_grad, build_route, cacheable, pre_activation_grad
+from .transposed import TransposedArgs
+from .transposed_route import CONV_TRANSPOSE, TransposedFunction, TransposedRoute, build_transposed_route
 
 
 class _ConvFunction(torch.autograd.Function):
@@ -85,17 +87,19 @@ def _new_route(ndim, input, weight, bias, stride, padding, dilation, groups, act
 
 
 class _Activated:
-    """A route whose activation autograd applies after it (one the fused epilogue cannot differentiate)."""
+    """A route whose activation autograd applies after it (one the fused epilogue cannot differentiate);
+    ``function`` is the inner route's autograd (:class:`_ConvFunction` or a transposed route's)."""
 
-    __slots__ = ("route", "activation", "direct")
+    __slots__ = ("route", "activation", "function", "direct")
 
-    def __init__(self, route: Route, activation: str) -> None:
-        self.route, self.activation = route, activations.ACTIVATIONS[activation]
+    def __init__(self, route: Route | TransposedRoute, activation: str,
+                 function: type[torch.autograd.Function] = _ConvFunction) -> None:
+        self.route, self.activation, self.function = route, activations.ACTIVATIONS[activation], function
         self.direct = True  # autograd is the inner route's and PyTorch's: never wrapped again
 
     def run(self, input, weight, bias):
         inner = self.route
-        y = inner.run(input, weight, bias) if inner.direct else _ConvFunction.apply(input, weight, bias, inner)
+        y = inner.run(input, weight, bias) if inner.direct else self.function.apply(input, weight, bias, inner)
         return self.activation(y)
 
 
@@ -170,3 +174,101 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
            backend=None) -> torch.Tensor:
     """``torch.nn.functional.conv3d`` through the best installed backend (see :func:`conv1d`)."""
     return convolution(3, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend)
+
+
+# ---- transposed convolutions: the data gradient of a convolution (conv_core.transposed) ------------------
+
+
+def _empty_transposed_call(ndim: int, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                           activation, out_dtype) -> torch.Tensor:
+    """A transposed call with a zero-size tensor: exactly what ``F.conv_transpose*d`` returns (or raises)."""
+    y = CONV_TRANSPOSE[ndim](input, weight, bias, stride, padding, output_padding, groups, dilation)
+    y = activations.apply(activations.check_activation(activation), y)
+    return y if out_dtype is None else y.to(torch_dtype(dtype_name(out_dtype)))
+
+
+def _new_transposed_route(ndim, input, weight, bias, stride, padding, output_padding, groups, dilation, activation,
+                          out_dtype, backend, needs_grad) -> tuple[TransposedRoute | _Activated, bool]:
+    """(route, whether to keep it) for a transposed signature not seen before: checked, normalised, ranked."""
+    args = TransposedArgs.of(ndim, stride, padding, output_padding, groups, dilation, activation, out_dtype,
+                             backend)
+    may_time = not torch.cuda.is_current_stream_capturing() if input.is_cuda else True
+    keep = cacheable(may_time, input.device)
+    if needs_grad and activation is not None and activation not in activations.DERIVATIVE_FROM_OUTPUT:
+        plain = TransposedArgs.of(ndim, stride, padding, output_padding, groups, dilation, None, out_dtype, backend)
+        route = build_transposed_route(plain, input, weight, bias, needs_grad, may_time)
+        return _Activated(route, activation, TransposedFunction), keep
+    return build_transposed_route(args, input, weight, bias, needs_grad, may_time), keep
+
+
+def transposed_convolution(ndim: int, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                           activation, out_dtype, backend) -> torch.Tensor:
+    """Every eager transposed call: :func:`convolution`'s hot path with ``output_padding`` in the key.
+
+    A copy of that path rather than a shared one: a shared one costs a Python frame per call.
+    """
+    if _compiling():
+        return traced_transposed_call(ndim, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                                      activation, out_dtype, backend)
+    if _any_autocast():
+        input, weight, bias = autocast_operands(input, weight, bias)
+    try:
+        needs_grad = _grad_enabled() and (
+            input.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+        # The fields: call_cache.TRANSPOSED_KEY_FIELDS.
+        key: EagerKey = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype,
+                         bias is None, needs_grad, _deterministic(), ndim, stride, padding, output_padding, groups,
+                         dilation, activation, out_dtype, backend)
+    except AttributeError:
+        raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and "
+                        f"{type(weight).__name__}") from None
+    routes = (engine_module._engine or get_engine()).calls.transposed
+    try:
+        route = routes.get(key)
+    except TypeError:  # an argument given as a list
+        key = _frozen(key)
+        route = routes.get(key)
+    if route is None:
+        if input.numel() == 0 or weight.numel() == 0:
+            return _empty_transposed_call(ndim, input, weight, bias, stride, padding, output_padding, groups,
+                                          dilation, activation, out_dtype)
+        if input.dim() == ndim + 1:
+            return transposed_convolution(ndim, input.unsqueeze(0), weight, bias, stride, padding, output_padding,
+                                          groups, dilation, activation, out_dtype, backend).squeeze(0)
+        route, keep = _new_transposed_route(ndim, input, weight, bias, stride, padding, output_padding, groups,
+                                            dilation, activation, out_dtype, backend, needs_grad)
+        if keep:
+            routes[key] = route
+    if needs_grad and not route.direct:
+        return TransposedFunction.apply(input, weight, bias, route)
+    return route.run(input, weight, bias)
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, *,
+                     activation=None, out_dtype=None, backend=None) -> torch.Tensor:
+    """``torch.nn.functional.conv_transpose1d`` through the best installed backend.
+
+    It runs as the data gradient of the convolution whose input has this call's output shape (same
+    weight, stride, padding, dilation, groups): the backends' ``bwd_data`` kernels, ranked as that
+    problem; its gradients are that convolution's forward and weight gradient. Extra keyword arguments
+    as :func:`conv1d`'s (``activation``, ``out_dtype``, ``backend``), but not fused: the output dtype, bias
+    and activation are applied after the kernel, elementwise. A geometry with ``output_padding`` not
+    smaller than ``stride`` (PyTorch allows it below ``dilation``) is no convolution's data gradient and
+    runs as ``F.conv_transpose1d`` itself; :func:`conv_core.explain` says so.
+    """
+    return transposed_convolution(1, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                                  activation, out_dtype, backend)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, *,
+                     activation=None, out_dtype=None, backend=None) -> torch.Tensor:
+    """``torch.nn.functional.conv_transpose2d`` through the best installed backend (see :func:`conv_transpose1d`)."""
+    return transposed_convolution(2, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                                  activation, out_dtype, backend)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, *,
+                     activation=None, out_dtype=None, backend=None) -> torch.Tensor:
+    """``torch.nn.functional.conv_transpose3d`` through the best installed backend (see :func:`conv_transpose1d`)."""
+    return transposed_convolution(3, input, weight, bias, stride, padding, output_padding, groups, dilation,
+                                  activation, out_dtype, backend)

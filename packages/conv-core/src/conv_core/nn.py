@@ -1,4 +1,5 @@
-"""``Conv1d`` / ``Conv2d`` / ``Conv3d`` modules that run through conv-core, and model conversion.
+"""``Conv1d`` / ``Conv2d`` / ``Conv3d`` (and ``ConvTranspose*d``) modules that run through conv-core, and
+model conversion.
 
 The modules subclass ``torch.nn.Conv*d`` and change only where the
 convolution runs, so they keep torch's constructor, parameters, state dict,
@@ -21,7 +22,8 @@ from torch.nn.utils import parametrize
 
 from . import activations, functional
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "convert", "revert"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "convert",
+           "revert"]
 
 _EXTRA_ATTRIBUTES = ("activation", "out_dtype", "backend")
 
@@ -83,9 +85,45 @@ class Conv3d(_ConvCoreMixin, nn.Conv3d):
     _ndim = 3
 
 
+class _TransposedMixin(_ConvCoreMixin):
+    """The transposed modules' forward: torch's (its ``output_size`` argument and ``_output_padding``), through
+    :func:`conv_core.conv_transpose2d` and its kin. Torch's constructor refuses padding modes other than
+    ``zeros``, and so do these."""
+
+    def forward(self, input: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
+        if self.padding_mode != "zeros":
+            raise ValueError(f"Only `zeros` padding mode is supported for {type(self).__name__}")
+        output_padding = self._output_padding(input, output_size, self.stride, self.padding, self.kernel_size,
+                                              self._ndim, self.dilation)
+        return functional.transposed_convolution(self._ndim, input, self.weight, self.bias, self.stride,
+                                                 self.padding, output_padding, self.groups, self.dilation,
+                                                 self.activation, self.out_dtype, self.backend)
+
+
+class ConvTranspose1d(_TransposedMixin, nn.ConvTranspose1d):
+    """``torch.nn.ConvTranspose1d`` through conv-core; extra keyword-only ``activation``, ``out_dtype``,
+    ``backend`` (applied after the kernel: see :func:`conv_core.conv_transpose1d`)."""
+
+    _ndim = 1
+
+
+class ConvTranspose2d(_TransposedMixin, nn.ConvTranspose2d):
+    """``torch.nn.ConvTranspose2d`` through conv-core (see :class:`ConvTranspose1d`)."""
+
+    _ndim = 2
+
+
+class ConvTranspose3d(_TransposedMixin, nn.ConvTranspose3d):
+    """``torch.nn.ConvTranspose3d`` through conv-core (see :class:`ConvTranspose1d`)."""
+
+    _ndim = 3
+
+
 #: torch class -> conv-core class. Exact types only: a subclass of ``nn.Conv2d``
 #: may override ``forward`` with semantics we would silently drop.
-_TO_CORE: dict[type, type] = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.Conv3d: Conv3d}
+_TO_CORE: dict[type, type] = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.Conv3d: Conv3d,
+                               nn.ConvTranspose1d: ConvTranspose1d, nn.ConvTranspose2d: ConvTranspose2d,
+                               nn.ConvTranspose3d: ConvTranspose3d}
 _TO_TORCH: dict[type, type] = {core: torch_cls for torch_cls, core in _TO_CORE.items()}
 
 
@@ -106,10 +144,11 @@ def _swap_class(module: nn.Module, new_base: type) -> None:
 
 
 def convert(model: nn.Module, backend: str | None = None, fuse: bool = False) -> nn.Module:
-    """Make every exact ``torch.nn.Conv1d/2d/3d`` in ``model`` (itself included) run through conv-core, in place.
+    """Make every exact ``torch.nn.Conv1d/2d/3d`` and ``ConvTranspose1d/2d/3d`` in ``model`` (itself included)
+    run through conv-core, in place.
 
-    Subclasses, transposed convolutions and modules already converted are left
-    alone. ``backend`` restricts the converted modules to one backend by name.
+    Subclasses and modules already converted are left alone. ``backend``
+    restricts the converted modules to one backend by name.
     ``fuse=True`` then fuses convolution -> batch norm -> activation chains for
     eval mode (:func:`conv_core.optimize_for_inference`). Returns ``model``.
     """

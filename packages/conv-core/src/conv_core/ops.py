@@ -23,10 +23,12 @@ import torch.nn.functional as F
 from . import activations
 from .call import ConvArgs, check_call
 from .call_cache import TracedKey
-from .dispatch import call_backward_ops, op_args
+from .dispatch import call_backward_ops, op_args, op_operands, transposed_op_args
 from .engine import get_engine
 from .layout import detect_layout, empty_strided_for
 from .problem import ConvProblem, torch_dtype
+from .transposed import TransposedArgs
+from .transposed_route import CONV_TRANSPOSE, build_transposed_route
 from .routes import CONV, backward_data, backward_weight, bias_grad, build_route, forward, pre_activation_grad
 
 
@@ -201,3 +203,54 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, activation, ou
 
 
 _lib.impl("conv", _conv, "CompositeImplicitAutograd")
+
+
+# ---- transposed convolutions: PyTorch's own, or the opaque data-gradient op (conv_core.transposed) ----------
+
+_lib.define("conv_transpose(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
+            "int[] output_padding, int groups, int[] dilation, str activation, ScalarType? out_dtype, "
+            "str backend) -> Tensor")
+
+
+def _transposed_plugin_wins(args: TransposedArgs, input: torch.Tensor, weight: torch.Tensor,
+                            bias: torch.Tensor | None) -> bool:
+    """Whether the eager path would run a plugin kernel for this transposed layer (in some direction it needs)."""
+    sizes = (*input.shape, *input.stride(), *weight.shape)
+    if not all(type(v) is int for v in sizes) or not args.expressible:
+        return False
+    if input.numel() == 0 or weight.numel() == 0:
+        return False
+    needs_grad = _needs_grad(input, weight, bias)
+    key = TracedKey(args, tuple(input.shape), input.stride(), input.dtype, str(input.device), tuple(weight.shape),
+                    None if bias is None else bias.dtype, needs_grad, torch.are_deterministic_algorithms_enabled())
+    traced = get_engine().calls.traced
+    wins = traced.get(key)
+    if wins is None:
+        route = build_transposed_route(args, input, weight, bias, needs_grad, may_time=False)
+        wins = traced[key] = not route.direct
+    return wins
+
+
+def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, activation, out_dtype,
+                    backend):
+    """Where a plugin wins, ``C``'s data gradient as the opaque ``conv_core::convolution_backward_data`` (its
+    derivatives are exactly the transposed call's: ``C``'s forward and weight gradient, so no new op is
+    needed), with the epilogue as plain operations Inductor fuses; elsewhere PyTorch's own."""
+    args = transposed_op_args(stride, padding, output_padding, groups, dilation, activation, out_dtype, backend)
+    if not _transposed_plugin_wins(args, input, weight, bias):
+        y = CONV_TRANSPOSE[args.ndim](input, weight, bias, stride, padding, output_padding, groups, dilation)
+        y = activations.apply(args.activation, y)
+        return y if out_dtype is None else y.to(out_dtype)
+    conv = op_operands(args.conv)
+    stride, padding, dilation, groups, backend = conv[0], conv[1], conv[2], conv[3], conv[6]
+    output_shape = list(args.output_shape(input.shape, weight.shape))
+    y = convolution_backward_data(input, weight, output_shape, detect_layout(input), stride, padding, dilation,
+                                  groups, backend)
+    if out_dtype is not None:
+        y = y.to(out_dtype)
+    if bias is not None:
+        y = y + bias.to(y.dtype).view(-1, *[1] * args.ndim)
+    return activations.apply(args.activation, y)
+
+
+_lib.impl("conv_transpose", _conv_transpose, "CompositeImplicitAutograd")

@@ -51,7 +51,7 @@ class Route:
         self.direct = (padding is not None and problem.out_dtype == problem.dtype
                        and all("direct" in r.best.candidate.tags for r in rankings))
         self.conv = CONV[args.ndim]
-        self.conv_args = (_compact(args.stride), _compact(padding), _compact(args.dilation), args.groups)
+        self.conv_args = (compact(args.stride), compact(padding), compact(args.dilation), args.groups)
         self.activation = activations.ACTIVATIONS[args.activation] if args.activation else None
 
     def run(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -65,7 +65,7 @@ class Route:
         return get_engine().execute(self.ranking, operands)
 
 
-def _compact(values: tuple[int, ...] | None):
+def compact(values: tuple[int, ...] | None):
     """One int for equal values per dimension: ``F.conv*d`` parses an int several microseconds faster than
     a tuple, and this is on every call's path."""
     if values is None or len(set(values)) != 1:
@@ -74,7 +74,9 @@ def _compact(values: tuple[int, ...] | None):
 
 
 def rank_direction(problem: ConvProblem, device: torch.device, backend: str | None, may_time: bool) -> Ranking:
-    """The engine's ranking; a backward direction the asked-for backend cannot run goes to the best other.
+    """The engine's ranking of a gradient's problem; one the asked-for backend cannot run goes to the best other.
+
+    (A transposed call's data gradient is a ``fwd`` problem, so the direction alone does not say.)
 
     Forcing a backend that has only a forward (``backend="example"``) still lets a model train: its
     gradients run on the best backend that has them, and a warning says so once per backend and direction.
@@ -84,7 +86,7 @@ def rank_direction(problem: ConvProblem, device: torch.device, backend: str | No
         return engine.ranking(problem, device, backend, may_time=may_time)
     except NoCandidateError:
         forced = backend or engine.settings.force_backend
-        if problem.direction == "fwd" or forced is None:
+        if forced is None:
             raise
     if (forced, problem.direction) not in _warned_fallbacks:
         _warned_fallbacks.add((forced, problem.direction))
@@ -113,11 +115,15 @@ def cacheable(may_time: bool, device: torch.device) -> bool:
     return may_time or not get_engine().benchmark_mode(device)
 
 
-# ---- the engine's backward directions (eager autograd and the custom ops) ---------------------------
+# ---- one direction on two operands, without epilogue (autograd, the custom ops, transposed calls) -------
 
 
-def _backward(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape, weight_shape, layout: str,
-              args: ConvArgs, ranking: Ranking | None = None) -> torch.Tensor:
+def _run_direction(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape, weight_shape, layout: str,
+                   args: ConvArgs, ranking: Ranking | None = None) -> torch.Tensor:
+    """``direction``'s result from its two operands, cast to the problem's dtype and dense in ``layout``.
+
+    Without a ``ranking`` the problem is ranked once and kept in the engine's backward cache.
+    """
     engine = get_engine()
     dtype = dtype_name(b.dtype if direction == "bwd_data" else a.dtype)
     if ranking is None:
@@ -135,13 +141,23 @@ def _backward(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape, wei
 def backward_data(grad_pre: torch.Tensor, w: torch.Tensor, input_shape, layout: str, args: ConvArgs,
                   ranking: Ranking | None = None) -> torch.Tensor:
     """Gradient w.r.t. the input, given the gradient w.r.t. the pre-activation output."""
-    return _backward("bwd_data", grad_pre, w, input_shape, w.shape, layout, args, ranking)
+    return _run_direction("bwd_data", grad_pre, w, input_shape, w.shape, layout, args, ranking)
 
 
 def backward_weight(x: torch.Tensor, grad_pre: torch.Tensor, weight_shape, args: ConvArgs,
-                    ranking: Ranking | None = None) -> torch.Tensor:
-    """Gradient w.r.t. the weight, given the gradient w.r.t. the pre-activation output."""
-    return _backward("bwd_weight", x, grad_pre, x.shape, weight_shape, detect_layout(x), args, ranking)
+                    ranking: Ranking | None = None, layout: str | None = None) -> torch.Tensor:
+    """Gradient w.r.t. the weight, given the gradient w.r.t. the pre-activation output.
+
+    ``layout`` is the ranking's (default: ``x``'s own), when ``x`` may come in another.
+    """
+    return _run_direction("bwd_weight", x, grad_pre, x.shape, weight_shape, layout or detect_layout(x), args,
+                          ranking)
+
+
+def convolve(x: torch.Tensor, w: torch.Tensor, layout: str, args: ConvArgs,
+             ranking: Ranking | None = None) -> torch.Tensor:
+    """The plain forward convolution (no bias, no epilogue), in ``layout``: a transposed call's data gradient."""
+    return _run_direction("fwd", x, w, x.shape, w.shape, layout, args, ranking)
 
 
 def pre_activation_grad(args: ConvArgs, y: torch.Tensor | None, grad: torch.Tensor) -> torch.Tensor:
