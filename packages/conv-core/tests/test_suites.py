@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 
 import pytest
 import torch
@@ -20,25 +21,37 @@ from torch import nn
 import conv_core
 from conv_core.capture import capture_shapes
 from conv_core.problem import ConvProblem
-from conv_core.suites import Suite, SuiteLayer, available_suites, load_suite, problems_from_shape, suite_problems
+from conv_core.suites import (
+    TRANSPOSED_DIRECTIONS,
+    Suite,
+    SuiteLayer,
+    available_suites,
+    direction_label,
+    load_suite,
+    problems_from_shape,
+    suite_problems,
+    transposed_layers,
+)
 
-SUITES = ["convnext_block", "resnet50", "retinanet_head", "sd_vae_decoder", "sd_vae_encoder"]
+SUITES = ["audio_frontend", "convnext_block", "resnet50", "resnext_stage", "retinanet_head", "sd_vae_decoder",
+          "sd_vae_encoder", "seg_head_transposed", "vae3d_decoder", "video_resnet"]
 
 
 # ---- convolution skeletons of the models ---------------------------------------------------------
 
 
 class Bottleneck(nn.Module):
-    """torchvision ResNet v1.5 bottleneck: the stride is on the 3x3 conv."""
+    """torchvision ResNet v1.5 bottleneck: the stride is on the 3x3 conv (grouped in ResNeXt)."""
 
-    def __init__(self, cin: int, width: int, stride: int) -> None:
+    def __init__(self, cin: int, planes: int, stride: int, groups: int = 1, base_width: int = 64) -> None:
         super().__init__()
+        width = planes * base_width // 64 * groups
         self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-        self.conv3 = nn.Conv2d(width, width * 4, 1, bias=False)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, groups=groups, bias=False)
+        self.conv3 = nn.Conv2d(width, planes * 4, 1, bias=False)
         self.downsample = None
-        if stride != 1 or cin != width * 4:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, width * 4, 1, stride, bias=False))
+        if stride != 1 or cin != planes * 4:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, planes * 4, 1, stride, bias=False))
 
     def forward(self, x):
         out = self.conv3(self.conv2(self.conv1(x)))
@@ -46,20 +59,22 @@ class Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, groups: int = 1, base_width: int = 64) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         cin = 64
-        for i, (width, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]):
+        for i, (planes, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]):
             layer = []
             for b in range(blocks):
-                layer.append(Bottleneck(cin, width, stride if b == 0 else 1))
-                cin = width * 4
+                layer.append(Bottleneck(cin, planes, stride if b == 0 else 1, groups, base_width))
+                cin = planes * 4
             setattr(self, f"layer{i + 1}", nn.Sequential(*layer))
 
     def forward(self, x):
-        x = self.maxpool(self.conv1(x))
+        return self.stages(self.maxpool(self.conv1(x)))
+
+    def stages(self, x):
         return self.layer4(self.layer3(self.layer2(self.layer1(x))))
 
 
@@ -252,6 +267,223 @@ class ConvNeXtTiny(nn.Module):
         return self.features(x)
 
 
+def regnet_widths(depth: int, w_0: int, w_a: float, w_m: float, group_width: int) -> tuple[list[int], list[int]]:
+    """Stage widths and depths of a RegNet, by torchvision's ``BlockParams.from_init_params`` rule (written
+    here from the paper's quantized linear parametrization: widths w_0 * w_m^round(log_{w_m}(u_j / w_0)))."""
+    capacity = [round(math.log((w_0 + w_a * j) / w_0) / math.log(w_m)) for j in range(depth)]
+    block_widths = [int(round(w_0 * w_m ** c / 8)) * 8 for c in capacity]
+    stage_widths = list(dict.fromkeys(block_widths))
+    depths = [block_widths.count(w) for w in stage_widths]
+    # widths divisible by the group width (torchvision's _make_divisible, with groups no wider than the stage)
+    groups = [min(group_width, w) for w in stage_widths]
+    adjusted = [max(g, int(w + g / 2) // g * g) for w, g in zip(stage_widths, groups)]
+    return [a + g if a < 0.9 * w else a for a, w, g in zip(adjusted, stage_widths, groups)], depths
+
+
+class RegNetGroupedConvs(nn.Module):
+    """The grouped 3x3 (``f.b``) conv of every RegNet block: a stage's first strides 2, from the 112x112 stem."""
+
+    def __init__(self, widths: list[int], depths: list[int], group_width: int) -> None:
+        super().__init__()
+        self.stages = nn.ModuleList(
+            nn.ModuleList(nn.Conv2d(w, w, 3, 2 if b == 0 else 1, 1, groups=w // group_width, bias=False)
+                          for b in range(depth)) for w, depth in zip(widths, depths))
+
+    def forward(self, x):
+        size = x.shape[-1]
+        for stage in self.stages:
+            h = x.new_empty(x.shape[0], stage[0].in_channels, size, size)  # what the stage's 1x1 ``a`` conv gives
+            for conv in stage:
+                h = conv(h)
+            size = h.shape[-1]
+
+
+class ResNeXtStage(nn.Module):
+    """resnext50_32x4d's four stages on the stem's 56x56 output, then two RegNets' grouped 3x3 convs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resnext = ResNet50(groups=32, base_width=4)
+        self.regnets = nn.ModuleList(RegNetGroupedConvs(*regnet_widths(*params), params[-1])
+                                     for params in ((16, 48, 27.89, 2.09, 8), (27, 48, 20.71, 2.65, 24)))
+
+    def forward(self, x, stem):
+        self.resnext.stages(x)
+        for regnet in self.regnets:
+            regnet(stem)
+
+
+class Conv2Plus1D(nn.Sequential):
+    """torchvision Conv2Plus1D: a (1,3,3) spatial conv to ``mid`` channels, [BN, ReLU], a (3,1,1) temporal conv."""
+
+    def __init__(self, cin: int, cout: int, mid: int, stride: int = 1) -> None:
+        super().__init__(nn.Conv3d(cin, mid, (1, 3, 3), (1, stride, stride), (0, 1, 1), bias=False),
+                         nn.Identity(), nn.Identity(),
+                         nn.Conv3d(mid, cout, (3, 1, 1), (stride, 1, 1), (1, 0, 0), bias=False))
+
+
+class VideoBasicBlock(nn.Module):
+    """torchvision video BasicBlock with Conv2Plus1D: one midplanes count for both of its convs."""
+
+    def __init__(self, cin: int, planes: int, stride: int) -> None:
+        super().__init__()
+        mid = cin * planes * 27 // (cin * 9 + 3 * planes)
+        self.conv1 = nn.Sequential(Conv2Plus1D(cin, planes, mid, stride))
+        self.conv2 = nn.Sequential(Conv2Plus1D(planes, planes, mid))
+        self.downsample = nn.Sequential(nn.Conv3d(cin, planes, 1, stride, bias=False)) \
+            if stride != 1 or cin != planes else None
+
+    def forward(self, x):
+        out = self.conv2(self.conv1(x))
+        return out + (x if self.downsample is None else self.downsample(x))
+
+
+class R2Plus1D18(nn.Module):
+    """torchvision r2plus1d_18: R2Plus1dStem ((1,7,7) then (3,1,1)), four stages of two BasicBlocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv3d(3, 45, (1, 7, 7), (1, 2, 2), (0, 3, 3), bias=False), nn.Identity(),
+                                  nn.Identity(), nn.Conv3d(45, 64, (3, 1, 1), 1, (1, 0, 0), bias=False))
+        cin = 64
+        for i, planes in enumerate((64, 128, 256, 512)):
+            stride = 1 if i == 0 else 2
+            setattr(self, f"layer{i + 1}", nn.Sequential(VideoBasicBlock(cin, planes, stride),
+                                                         VideoBasicBlock(planes, planes, 1)))
+            cin = planes
+
+    def forward(self, x):
+        return self.layer4(self.layer3(self.layer2(self.layer1(self.stem(x)))))
+
+
+class CausalConv3d(nn.Module):
+    """diffusers HunyuanVideoCausalConv3d: replicate-pad two frames in front and one pixel around, then an
+    unpadded Conv3d (a 1x1x1 conv pads nothing)."""
+
+    def __init__(self, cin: int, cout: int, kernel: int = 3) -> None:
+        super().__init__()
+        self.pad = (kernel // 2,) * 4 + (kernel - 1, 0)
+        self.conv = nn.Conv3d(cin, cout, kernel)
+
+    def forward(self, x):
+        return self.conv(F.pad(x, self.pad, mode="replicate"))
+
+
+class CausalResnet(nn.Module):
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        self.conv1 = CausalConv3d(cin, cout)
+        self.conv2 = CausalConv3d(cout, cout)
+        self.conv_shortcut = CausalConv3d(cin, cout, 1) if cin != cout else None
+
+    def forward(self, x):
+        h = self.conv2(self.conv1(x))
+        return h + (x if self.conv_shortcut is None else self.conv_shortcut(x))
+
+
+class CausalUpsample(nn.Module):
+    """HunyuanVideoUpsampleCausal3D: 2x in space; with ``time``, 2x in time too except the first frame."""
+
+    def __init__(self, channels: int, time: bool) -> None:
+        super().__init__()
+        self.time = time
+        self.conv = CausalConv3d(channels, channels)
+
+    def forward(self, x):
+        if self.time:
+            first = F.interpolate(x[:, :, :1], scale_factor=(1, 2, 2), mode="nearest")
+            x = torch.cat([first, F.interpolate(x[:, :, 1:], scale_factor=(2, 2, 2), mode="nearest")], dim=2)
+        else:
+            x = F.interpolate(x, scale_factor=(1, 2, 2), mode="nearest")
+        return self.conv(x)
+
+
+class HunyuanVideoDecoder(nn.Module):
+    """The HunyuanVideo VAE decoder's convolutions: conv_in, mid block (2 resnets), 4 up blocks of 3 resnets
+    (space upsampled after blocks 0..2, time after 1 and 2), conv_out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_in = CausalConv3d(16, 512)
+        self.mid = nn.Sequential(CausalResnet(512, 512), CausalResnet(512, 512))
+        blocks, cin = [], 512
+        for i, cout in enumerate((512, 512, 256, 128)):
+            blocks += [CausalResnet(cin if r == 0 else cout, cout) for r in range(3)]
+            if i < 3:
+                blocks.append(CausalUpsample(cout, time=i in (1, 2)))
+            cin = cout
+        self.up_blocks = nn.Sequential(*blocks)
+        self.conv_out = CausalConv3d(128, 3)
+
+    def forward(self, z):
+        return self.conv_out(self.up_blocks(self.mid(self.conv_in(z))))
+
+
+class UNetDecoder(nn.Module):
+    """milesial/Pytorch-UNet's decoder (bilinear=False): per Up a ConvTranspose2d k2 s2 to C/2, the skip
+    concatenated, a DoubleConv C -> C/2 -> C/2; then the 1x1 OutConv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ups = nn.ModuleList(nn.ModuleDict({
+            "up": nn.ConvTranspose2d(c, c // 2, 2, 2),
+            "conv": nn.Sequential(nn.Conv2d(c, c // 2, 3, padding=1, bias=False),
+                                  nn.Conv2d(c // 2, c // 2, 3, padding=1, bias=False))}) for c in (1024, 512, 256, 128))
+        self.outc = nn.Conv2d(64, 2, 1)
+
+    def forward(self, x):
+        for up in self.ups:
+            y = up["up"](x)
+            x = up["conv"](torch.cat([y, y], dim=1))  # the skip has the up-conv's shape
+        return self.outc(x)
+
+
+class Pix2PixDecoder(nn.Module):
+    """pix2pix unet_256's up-convs (k4 s2 p1), innermost first, each reading the previous output and its skip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        outer = [512, 512, 512, 512, 256, 128, 64, 3]
+        inner = [512] + [2 * c for c in outer[:-1]]
+        self.upconvs = nn.ModuleList(nn.ConvTranspose2d(i, o, 4, 2, 1, bias=o == 3) for i, o in zip(inner, outer))
+
+    def forward(self, x):
+        for i, upconv in enumerate(self.upconvs):
+            x = upconv(x if i == 0 else torch.cat([x, x], dim=1))  # the skip has the up-conv's shape
+        return x
+
+
+class SegHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.unet = UNetDecoder()
+        self.pix2pix = Pix2PixDecoder()
+
+    def forward(self, unet_bottom, pix2pix_bottom):
+        self.unet(unet_bottom)
+        self.pix2pix(pix2pix_bottom)
+
+
+class AudioFrontEnd(nn.Module):
+    """wav2vec 2.0's feature encoder, a long k3 s2 conv, and 16 Conformer convolution modules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.feature_extractor = nn.Sequential(
+            *(nn.Conv1d(1 if i == 0 else 512, 512, k, s, bias=False)
+              for i, (k, s) in enumerate([(10, 5)] + [(3, 2)] * 4 + [(2, 2)] * 2)))
+        self.long = nn.Conv1d(512, 512, 3, 2, bias=False)
+        self.conv_modules = nn.ModuleList(
+            nn.Sequential(nn.Conv1d(256, 512, 1), nn.GLU(dim=1), nn.Conv1d(256, 256, 31, padding=15, groups=256),
+                          nn.Identity(), nn.Identity(), nn.Conv1d(256, 256, 1)) for _ in range(16))
+
+    def forward(self, wave, long, frames):
+        self.feature_extractor(wave)
+        self.long(long)
+        for module in self.conv_modules:
+            frames = module(frames)
+
+
 def _skeleton(name: str):
     """(model, example input) of the skeleton of suite ``name``, on the meta device."""
     with torch.device("meta"):
@@ -265,13 +497,42 @@ def _skeleton(name: str):
             return RetinaNetHead(), ([torch.empty(1, 256, s, s) for s in fpn_level_sizes(800)],)
         if name == "convnext_block":
             return ConvNeXtTiny(), torch.empty(1, 3, 224, 224)
+        if name == "resnext_stage":
+            return ResNeXtStage(), (torch.empty(1, 64, 56, 56), torch.empty(1, 32, 112, 112))
+        if name == "video_resnet":
+            return R2Plus1D18(), torch.empty(1, 3, 16, 112, 112)
+        if name == "vae3d_decoder":
+            return HunyuanVideoDecoder(), torch.empty(1, 16, 5, 32, 32)
+        if name == "seg_head_transposed":
+            return SegHeads(), (torch.empty(1, 1024, 32, 32), torch.empty(1, 512, 1, 1))
+        if name == "audio_frontend":
+            return AudioFrontEnd(), (torch.empty(1, 1, 16000), torch.empty(1, 512, 10000), torch.empty(1, 256, 250))
     raise KeyError(name)
 
 
 def _geometry(layer_or_problem) -> tuple:
-    p = layer_or_problem if isinstance(layer_or_problem, ConvProblem) else layer_or_problem.problem(1)
-    return (p.in_channels, p.out_channels, p.input_size, p.filter_size, p.stride, p.padding, p.dilation, p.groups,
-            p.bias)
+    layer = layer_or_problem
+    if isinstance(layer, ConvProblem):
+        layer = SuiteLayer.from_problem("", layer)
+    return (layer.in_channels, layer.out_channels, layer.input_size, layer.filter_size, layer.stride, layer.padding,
+            layer.dilation, layer.groups, layer.bias, layer.transposed)
+
+
+def _transposed_calls(model: nn.Module) -> tuple[list[SuiteLayer], list]:
+    """Forward hooks that record each ``ConvTranspose*d`` call as a transposed suite layer, written from the
+    module's arguments and the call's output size (independently of conv_core.capture); and the hooks."""
+    found: list[SuiteLayer] = []
+
+    def hook(module, args, out):
+        layer = SuiteLayer("", module.out_channels, module.in_channels, tuple(out.shape[2:]), module.kernel_size,
+                           module.stride, tuple((p, p) for p in module.padding), module.dilation, module.groups,
+                           module.bias is not None, transposed=True)
+        assert layer.output_padding == module.output_padding
+        assert layer.problem(1).output_size == tuple(args[0].shape[2:])
+        found.append(layer)
+
+    return found, [m.register_forward_hook(hook) for m in model.modules()
+                   if isinstance(m, nn.modules.conv._ConvTransposeNd)]
 
 
 # ---- the suites match the models -----------------------------------------------------------------
@@ -300,10 +561,14 @@ def test_suite_loads_and_every_layer_is_a_problem(name):
 @pytest.mark.parametrize("name", SUITES)
 def test_suite_matches_the_captured_skeleton(name):
     model, example = _skeleton(name)
+    transposed, hooks = _transposed_calls(model)
     captured = capture_shapes(model, example)
-    expected = collections.Counter()
+    for h in hooks:
+        h.remove()
+    expected = collections.Counter(_geometry(layer) for layer in transposed)
     for layer in captured:
-        expected[_geometry(layer.problem)] += layer.count
+        if not getattr(layer, "transposed", False):  # transposed calls come from the hooks, captured or not
+            expected[_geometry(layer.problem)] += layer.count
     actual = {_geometry(layer): layer.count for layer in load_suite(name).layers}
     assert actual == dict(expected)
 
@@ -322,6 +587,16 @@ TOTALS = {
     "retinanet_head": 5 * 10,
     # stem + (3 + 3 + 9 + 3) blocks x (depthwise + 2 pointwise) + 3 downsample convs
     "convnext_block": 1 + 18 * 3 + 3,
+    # resnet50 without its stem; regnet_y_400mf's 1+3+6+6 and regnet_y_1_6gf's 2+6+17+2 blocks, one f.b each
+    "resnext_stage": 16 * 3 + 4 + 16 + 27,
+    # stem 2; 8 BasicBlocks x 2 Conv2Plus1D x 2 convs; 3 downsample convs
+    "video_resnet": 2 + 8 * 4 + 3,
+    # conv_in; mid 2 resnets x 2; 4 up blocks x 3 resnets x 2; 2 shortcuts; 3 upsamplers; conv_out
+    "vae3d_decoder": 1 + 4 + 24 + 2 + 3 + 1,
+    # UNet: 4 x (up-conv + 2 convs) + outc; pix2pix unet_256: 8 up-convs
+    "seg_head_transposed": 4 * 3 + 1 + 8,
+    # wav2vec2's 7 feature convs; the long conv; 16 Conformer layers x 3 convs
+    "audio_frontend": 7 + 1 + 16 * 3,
 }
 
 
@@ -332,7 +607,26 @@ def test_total_convolution_counts(name):
 
 def test_totals_are_the_expected_numbers():
     assert TOTALS == {"resnet50": 53, "sd_vae_encoder": 28, "sd_vae_decoder": 36, "retinanet_head": 50,
-                      "convnext_block": 58}
+                      "convnext_block": 58, "resnext_stage": 95, "video_resnet": 37, "vae3d_decoder": 35,
+                      "seg_head_transposed": 21, "audio_frontend": 56}
+
+
+@pytest.mark.parametrize("name", SUITES)
+def test_every_layer_has_an_output_and_transposed_layers_a_valid_output_padding(name):
+    """A transposed layer's implied output_padding is what PyTorch accepts: in [0, max(stride, dilation))."""
+    for layer in load_suite(name).layers:
+        conv_output = layer.problem(1, direction="bwd_data" if layer.transposed else "fwd").output_size
+        assert all(o >= 1 for o in conv_output), layer.name
+        if not layer.transposed:
+            continue
+        for size, o, k, s, (lo, hi), d in zip(layer.input_size, conv_output, layer.filter_size, layer.stride,
+                                              layer.padding, layer.dilation):
+            # ConvTranspose output: (o - 1) s - padding + d (k - 1) + output_padding + 1 == the stored input size
+            output_padding = size - ((o - 1) * s - lo - hi + d * (k - 1) + 1)
+            assert 0 <= output_padding < max(s, d), layer.name
+        assert layer.output_padding == tuple(
+            size - ((o - 1) * s - lo - hi + d * (k - 1) + 1) for size, o, k, s, (lo, hi), d in
+            zip(layer.input_size, conv_output, layer.filter_size, layer.stride, layer.padding, layer.dilation))
 
 
 def _find(suite_name: str, **fields) -> SuiteLayer:
@@ -406,6 +700,63 @@ def test_convnext_layers():
     assert sum(layer.count for layer in suite.layers if layer.filter_size != (1, 1)) == 22
 
 
+def test_resnext_and_regnet_layers():
+    suite = load_suite("resnext_stage")
+    resnext = [layer for layer in suite.layers if layer.name.startswith("resnext50_32x4d/") and layer.groups > 1]
+    assert sorted({(layer.in_channels // layer.groups, layer.problem(1).output_size[0]) for layer in resnext}) == [
+        (4, 56), (8, 28), (16, 14), (32, 7)]
+    assert all(layer.groups == 32 for layer in resnext)
+    assert regnet_widths(16, 48, 27.89, 2.09, 8) == ([48, 104, 208, 440], [1, 3, 6, 6])
+    assert regnet_widths(27, 48, 20.71, 2.65, 24) == ([48, 120, 336, 888], [2, 6, 17, 2])
+    per_group = {layer.name.split("/")[0]: layer.in_channels // layer.groups for layer in suite.layers
+                 if layer.name.startswith("regnet")}
+    assert per_group == {"regnet_y_400mf": 8, "regnet_y_1_6gf": 24}
+
+
+def test_video_resnet_layers():
+    suite = load_suite("video_resnet")
+    assert all(len(layer.input_size) == 3 for layer in suite.layers)
+    spatial = {layer.out_channels for layer in suite.layers if layer.filter_size == (1, 3, 3)}
+    assert spatial == {144, 230, 288, 460, 576, 921, 1152}  # r2plus1d_18's midplanes
+    temporal = [layer for layer in suite.layers if layer.stride == (2, 1, 1)]
+    assert sorted(layer.problem(1).output_size for layer in temporal) == [(2, 7, 7), (4, 14, 14), (8, 28, 28)]
+    assert _find("video_resnet", in_channels=3).problem(1).output_size == (16, 56, 56)
+
+
+def test_vae3d_decoder_layers():
+    suite = load_suite("vae3d_decoder")
+    for layer in suite.layers:
+        assert layer.padding == ((0, 0),) * 3 and layer.bias
+        if layer.filter_size == (3, 3, 3):  # causal: two frames in front, one pixel around, padded before the conv
+            t, h, w = layer.problem(1).output_size
+            assert layer.input_size == (t + 2, h + 2, w + 2)
+    assert _find("vae3d_decoder", in_channels=16).problem(1).output_size == (5, 32, 32)
+    assert _find("vae3d_decoder", out_channels=3).problem(1).output_size == (17, 256, 256)
+
+
+def test_seg_head_transposed_layers():
+    suite = load_suite("seg_head_transposed")
+    transposed = [layer for layer in suite.layers if layer.transposed]
+    assert len(transposed) == 12 and transposed_layers(suite) == {layer.name for layer in transposed}
+    unet = sorted((layer.out_channels, layer.in_channels, layer.input_size[0]) for layer in transposed
+                  if layer.filter_size == (2, 2))  # ConvTranspose2d(in, out): (its in, its out, its output size)
+    assert unet == [(128, 64, 512), (256, 128, 256), (512, 256, 128), (1024, 512, 64)]
+    pix2pix = [layer for layer in transposed if layer.filter_size == (4, 4)]
+    assert all(layer.stride == (2, 2) and layer.padding == ((1, 1), (1, 1)) for layer in pix2pix)
+    assert sorted(layer.input_size[0] for layer in pix2pix) == [2, 4, 8, 16, 32, 64, 128, 256]
+    assert [layer.bias for layer in pix2pix if layer.in_channels == 3] == [True]
+
+
+def test_audio_frontend_layers():
+    suite = load_suite("audio_frontend")
+    assert all(len(layer.input_size) == 1 for layer in suite.layers)
+    encoder = [layer for layer in suite.layers if layer.name.startswith("wav2vec2/")]
+    sizes = [layer.input_size[0] for layer in encoder] + [encoder[-1].problem(1).output_size[0]]
+    assert sizes == [16000, 3199, 1599, 799, 399, 199, 99, 49]
+    depthwise = _find("audio_frontend", groups=256)
+    assert (depthwise.filter_size, depthwise.padding, depthwise.count) == ((31,), ((15, 15),), 16)
+
+
 # ---- the API -------------------------------------------------------------------------------------
 
 
@@ -454,6 +805,38 @@ def test_layer_from_captured_problem_round_trips():
     layer = SuiteLayer.from_problem("x", problem, count=3)
     assert layer.problem(8, dtype="float16") == problem.replace(arch="cpu")
     assert layer.count == 3
+
+
+def test_transposed_layer_directions_map_onto_the_convolution():
+    """ConvTranspose2d(64, 32, 4, 2, 1) from 9x9 to 18x18: stored as Conv2d(32, 64, 4, 2, 1) on 18x18."""
+    layer = SuiteLayer("up", 32, 64, (18, 18), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1), bias=True, transposed=True)
+    conv = SuiteLayer("up", 32, 64, (18, 18), (4, 4), (2, 2), ((1, 1), (1, 1)), (1, 1))
+    for direction, conv_direction in (("fwd", "bwd_data"), ("bwd_data", "fwd"), ("bwd_weight", "bwd_weight")):
+        assert TRANSPOSED_DIRECTIONS[direction] == conv_direction
+        assert layer.problem(4, direction=direction) == conv.problem(4, direction=conv_direction)
+    assert not layer.problem(4, direction="bwd_data").bias  # the bias is the transposed output's
+    assert layer.problem(4).operand_shapes[0] == (4, 64, 9, 9)  # what F.conv_transpose2d reads
+    assert layer.output_padding == (0, 0)
+    assert SuiteLayer("odd", 8, 8, (17,), (3,), (2,), ((1, 1),), (1,), transposed=True).output_padding == (0,)
+    assert SuiteLayer("even", 8, 8, (18,), (3,), (2,), ((1, 1),), (1,), transposed=True).output_padding == (1,)
+    assert direction_label("fwd", True) == "fwd (transposed)" and direction_label("fwd") == "fwd"
+
+
+def test_transposed_field_round_trips_and_is_written_only_when_true(tmp_path):
+    suite = load_suite("seg_head_transposed")
+    raw = suite.to_json()
+    assert [layer.get("transposed") for layer in raw["layers"]] == [True if layer.transposed else None
+                                                                   for layer in suite.layers]
+    path = tmp_path / "seg.json"
+    path.write_text(json.dumps(raw))
+    assert load_suite(str(path)) == suite
+    raw["layers"][0]["transposed"] = "yes"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="layer 0.*transposed='yes'"):
+        load_suite(str(path))
+    assert transposed_layers("resnet50") == frozenset()
+    assert [p.direction for name, p in suite_problems(suite, direction="fwd")
+            if name in transposed_layers(suite)] == ["bwd_data"] * 12
 
 
 def test_problems_from_shape():

@@ -12,7 +12,23 @@ File format (one object per file)::
     {"name", "description", "source", "default_batch",
      "layers": [{"name", "in_channels", "out_channels", "input_size": [H, W],
                  "filter_size": [R, S], "stride": [..], "padding": [[l, r], [l, r]],
-                 "dilation": [..], "groups", "bias", "count"}]}
+                 "dilation": [..], "groups", "bias", "count", "transposed"}]}
+
+``input_size`` has one entry per spatial dimension (1D, 2D or 3D layers).
+``transposed`` is optional (default false, written only when true). A
+transposed layer is a model's ``ConvTranspose*d``, stored as the convolution C
+whose data gradient it is: ``in_channels`` is the transposed layer's
+``out_channels``, ``out_channels`` its ``in_channels``, ``input_size`` its
+*output* size, and filter, stride, padding, dilation and groups are its own
+(so its ``output_padding`` is implied by ``input_size``:
+:attr:`SuiteLayer.output_padding`). Directions are the layer's, as a user of
+the model means them, and map onto C's (:data:`TRANSPOSED_DIRECTIONS`): the
+transposed forward is C's ``bwd_data``, which is exactly what cuDNN runs for
+``F.conv_transpose*d`` (aten's ``bwd_data`` candidate is that call), its data
+gradient is C's ``fwd`` (without bias: the bias belongs to the transposed
+output), and its weight gradient is C's ``bwd_weight``. Consumers that label
+directions show a transposed layer's with :func:`direction_label`
+(``"fwd (transposed)"``).
 
 :func:`problems_from_shape` parses a one-off shape written on a command line
 (``"n32 c64 k64 i56x56 f3x3 s1 p1"``) into the same ``(name, problem)`` form.
@@ -28,12 +44,22 @@ from pathlib import Path
 
 from .problem import ConvProblem
 
-__all__ = ["Suite", "SuiteLayer", "available_suites", "load_suite", "problems_from_shape", "suite_problems"]
+__all__ = ["TRANSPOSED_DIRECTIONS", "Suite", "SuiteLayer", "available_suites", "direction_label", "load_suite",
+           "problems_from_shape", "suite_problems", "transposed_layers"]
 
 _SUITE_DIR = "data/suites"
 _LAYER_FIELDS = ("name", "in_channels", "out_channels", "input_size", "filter_size", "stride", "padding",
                  "dilation", "groups", "bias", "count")
+_OPTIONAL_LAYER_FIELDS = ("transposed",)
 _SUITE_FIELDS = ("name", "description", "source", "default_batch", "layers")
+
+#: A transposed layer's direction -> the direction of the convolution C it is stored as (an involution).
+TRANSPOSED_DIRECTIONS = {"fwd": "bwd_data", "bwd_data": "fwd", "bwd_weight": "bwd_weight"}
+
+
+def direction_label(direction: str, transposed: bool = False) -> str:
+    """How tables show a layer's ``direction``: marked when the layer is a transposed convolution."""
+    return f"{direction} (transposed)" if transposed else direction
 
 
 @dataclass(frozen=True)
@@ -51,15 +77,28 @@ class SuiteLayer:
     groups: int = 1
     bias: bool = False
     count: int = 1
+    transposed: bool = False
 
     def problem(self, batch: int, *, dtype: str = "bfloat16", layout: str = "channels_last",
                 direction: str = "fwd", arch: str = "cpu") -> ConvProblem:
-        """This layer as a problem (backward directions drop the bias, as :meth:`ConvProblem.with_direction` does)."""
+        """The problem that runs this layer in ``direction`` (the layer's; see the module docstring).
+
+        Backward directions drop the bias, as :meth:`ConvProblem.with_direction`
+        does; a transposed layer's problems never carry it (C's ``fwd`` is the
+        layer's data gradient).
+        """
         forward = ConvProblem(
             direction="fwd", batch=batch, in_channels=self.in_channels, out_channels=self.out_channels,
             input_size=self.input_size, filter_size=self.filter_size, stride=self.stride, padding=self.padding,
-            dilation=self.dilation, groups=self.groups, dtype=dtype, layout=layout, bias=self.bias, arch=arch)
-        return forward.with_direction(direction)
+            dilation=self.dilation, groups=self.groups, dtype=dtype, layout=layout,
+            bias=self.bias and not self.transposed, arch=arch)
+        return forward.with_direction(TRANSPOSED_DIRECTIONS[direction] if self.transposed else direction)
+
+    @property
+    def output_padding(self) -> tuple[int, ...]:
+        """A transposed layer's ``output_padding``: the rows of ``input_size`` that C's last window does not reach."""
+        return tuple((i + lo + hi - d * (k - 1) - 1) % s for i, (lo, hi), k, s, d in
+                     zip(self.input_size, self.padding, self.filter_size, self.stride, self.dilation))
 
     @classmethod
     def from_problem(cls, name: str, problem: ConvProblem, count: int = 1) -> SuiteLayer:
@@ -71,7 +110,8 @@ class SuiteLayer:
         return {"name": self.name, "in_channels": self.in_channels, "out_channels": self.out_channels,
                 "input_size": list(self.input_size), "filter_size": list(self.filter_size),
                 "stride": list(self.stride), "padding": [list(p) for p in self.padding],
-                "dilation": list(self.dilation), "groups": self.groups, "bias": self.bias, "count": self.count}
+                "dilation": list(self.dilation), "groups": self.groups, "bias": self.bias, "count": self.count,
+                **({"transposed": True} if self.transposed else {})}
 
 
 @dataclass(frozen=True)
@@ -109,7 +149,7 @@ def available_suites() -> list[str]:
 
 def _parse_layer(raw: dict, where: str) -> SuiteLayer:
     missing = [f for f in _LAYER_FIELDS if f not in raw]
-    unknown = sorted(set(raw) - set(_LAYER_FIELDS))
+    unknown = sorted(set(raw) - set(_LAYER_FIELDS) - set(_OPTIONAL_LAYER_FIELDS))
     if missing or unknown:
         raise ValueError(f"{where}: missing fields {missing}, unknown fields {unknown}")
     try:
@@ -119,13 +159,19 @@ def _parse_layer(raw: dict, where: str) -> SuiteLayer:
             stride=tuple(int(v) for v in raw["stride"]),
             padding=tuple((int(lo), int(hi)) for lo, hi in raw["padding"]),
             dilation=tuple(int(v) for v in raw["dilation"]), groups=int(raw["groups"]), bias=bool(raw["bias"]),
-            count=int(raw["count"]))
+            count=int(raw["count"]), transposed=_flag(raw.get("transposed", False), "transposed"))
         if layer.count < 1:
             raise ValueError(f"count={layer.count} must be >= 1")
         layer.problem(1, dtype="float32", layout="channels_first")  # validates the geometry
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from exc
     return layer
+
+
+def _flag(value, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} must be true or false")
+    return value
 
 
 def _parse_suite(raw: dict, where: str) -> Suite:
@@ -151,11 +197,21 @@ def load_suite(name: str) -> Suite:
 def suite_problems(name: str | Suite, *, batch: int | None = None, dtype: str = "bfloat16",
                    layout: str = "channels_last", direction: str = "fwd",
                    arch: str = "cpu") -> list[tuple[str, ConvProblem]]:
-    """``(layer name, problem)`` for each distinct layer of a suite; ``batch`` defaults to the suite's."""
+    """``(layer name, problem)`` for each distinct layer of a suite; ``batch`` defaults to the suite's.
+
+    ``direction`` is the layers' own: a transposed layer's problem is the convolution's direction that
+    computes it (:data:`TRANSPOSED_DIRECTIONS`), so label it with :func:`transposed_layers`.
+    """
     suite = name if isinstance(name, Suite) else load_suite(name)
     batch = suite.default_batch if batch is None else batch
     return [(layer.name, layer.problem(batch, dtype=dtype, layout=layout, direction=direction, arch=arch))
             for layer in suite.layers]
+
+
+def transposed_layers(name: str | Suite) -> frozenset[str]:
+    """Names of a suite's transposed layers, whose directions tables label with :func:`direction_label`."""
+    suite = name if isinstance(name, Suite) else load_suite(name)
+    return frozenset(layer.name for layer in suite.layers if layer.transposed)
 
 
 # ---- one shape from a command line --------------------------------------------------------------
