@@ -164,3 +164,52 @@ def test_explain_describes_the_data_gradient_it_runs_as():
     weight = conv_core.explain(x, w, b, stride=2, padding=1, groups=2, transposed=True, output_padding=1,
                                direction="bwd_data")
     assert weight.problem == p.with_direction("fwd") and weight.to_dict()["call"].startswith("conv_transpose2d")
+
+
+# ---- torch.compile: PyTorch's transposed convolution where aten ranks first, the opaque op where a plugin does --
+
+
+def _compiled_graph_targets(fn, *inputs, dynamic=False) -> tuple[set[str], torch.Tensor]:
+    """The ops of the forward graphs torch.compile (AOT autograd, whole-graph) hands to its compiler, and the
+    compiled function's output."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    seen: set[str] = set()
+
+    def record(gm, _example_inputs):
+        seen.update(str(node.target) for node in gm.graph.nodes if node.op == "call_function")
+        return make_boxed_func(gm)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=aot_autograd(fw_compiler=record), fullgraph=True, dynamic=dynamic)
+    return seen, compiled(*inputs)
+
+
+@pytest.mark.parametrize("backend, op", [(None, "aten.convolution.default"),
+                                         ("counting", "conv_core.convolution_backward_data.default")])
+def test_compile_fullgraph_forward_and_backward(backend, op, counting):
+    x, w, b = tensors(2, 4, 6, (4, 5), (3, 2), groups=2, dtype=torch.float32, grad=True)
+    kwargs = dict(stride=(2, 3), padding=(1, 0), output_padding=(1, 2), groups=2)
+
+    def fn(x, w, b):
+        return conv_core.conv_transpose2d(x, w, b, **kwargs, activation="relu", backend=backend)
+
+    targets, y = _compiled_graph_targets(fn, x, w, b)
+    assert op in targets
+    assert not any(t.startswith("conv_core") for t in targets) if backend is None else "bwd_data" in counting.runs
+    expected = F.relu(F.conv_transpose2d(x, w, b, **kwargs))
+    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(torch.autograd.grad(y.square().sum(), (x, w, b)),
+                               torch.autograd.grad(expected.square().sum(), (x, w, b)))
+
+
+def test_compiled_unbatched_and_symbolic_calls():
+    x, w, b = tensors(1, 4, 2, (5,), (3,), dtype=torch.float32)
+    targets, y = _compiled_graph_targets(lambda x: conv_core.conv_transpose1d(x, w, b, 2, backend="counting"), x[0])
+    assert "conv_core.convolution_backward_data.default" in targets
+    torch.testing.assert_close(y, F.conv_transpose1d(x[0], w, b, 2))
+    targets, y = _compiled_graph_targets(lambda x: conv_core.conv_transpose1d(x, w, b, 2, backend="counting"), x,
+                                         dynamic=True)
+    assert "aten.convolution.default" in targets, "symbolic shapes cannot be ranked: Inductor's own"
+    torch.testing.assert_close(y, F.conv_transpose1d(x, w, b, 2))
