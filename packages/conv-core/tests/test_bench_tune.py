@@ -273,3 +273,31 @@ def test_gate_rejects_a_result_of_the_wrong_shape(monkeypatch):
     assert gate(TINY, aten, operands) == (True, "")
     usable, detail = gate(TINY, wrong_shape, operands)
     assert not usable and detail
+
+
+def test_a_transposed_layer_is_labelled_and_timed_against_conv_transpose(tmp_path):
+    """A suite's transposed layer runs as its convolution's bwd_data, shown as the layer's forward; PyTorch's
+    call is the ``conv_transpose2d`` a user would write, and it computes what aten's candidate does."""
+    from conv_core.suites import SuiteLayer
+
+    layer = SuiteLayer("up", 4, 6, (9, 9), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), transposed=True)
+    problems = [("up", layer.problem(2, dtype="float32", direction=d)) for d in ("fwd", "bwd_data")]
+    rows = run_bench(problems + [("conv1", TINY)], CPU, reps=1, warmup=0, progress=False,
+                     transposed=frozenset({"up"}))
+    assert [(r.problem.direction, r.direction, r.direction_label) for r in rows] == [
+        ("bwd_data", "fwd", "fwd (transposed)"), ("fwd", "bwd_data", "bwd_data (transposed)"),
+        ("fwd", "fwd", "fwd")]
+    assert rows[0].aten_us and rows[0].torch_us and rows[2].torch_us
+    assert rows[1].torch_us is None  # the transposed layer's data gradient has no plain PyTorch call
+    operands = random_operands(problems[0][1], CPU)
+    call, _ = torch_reference(problems[0][1], operands, transposed=True)
+    (aten,), _ = get_engine().registry.candidates(problems[0][1], CPU)
+    assert call().shape == (2, 4, 9, 9)  # output_padding 0: (5 - 1) * 2 - 2 + 3 = 9
+    torch.testing.assert_close(call(), aten.run(*operands))
+    assert "fwd (transposed)" in format_report(rows, "cpu")
+    write_json(rows, tmp_path / "b.json", CPU, reps=1, warmup=0)
+    saved = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert [(r["direction"], r["transposed"]) for r in saved] == [("fwd", True), ("bwd_data", True), ("fwd", False)]
+    write_csv(rows, tmp_path / "b.csv")
+    assert {line["direction"] for line in csv.DictReader(open(tmp_path / "b.csv"))} == {
+        "fwd (transposed)", "bwd_data (transposed)", "fwd"}

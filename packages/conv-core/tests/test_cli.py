@@ -127,6 +127,25 @@ def test_bench_a_suite_writes_csv_and_json(capsys, tiny_suite, tmp_path):
     assert len(csv_path.read_text().splitlines()) == 1 + 6 + 2  # header, aten per problem, torch per forward
 
 
+def test_bench_and_tune_a_suite_with_a_transposed_layer(capsys, tmp_path):
+    """A transposed layer's directions map onto its convolution's, and every table shows them as the layer's."""
+    from conv_core.suites import Suite, SuiteLayer
+
+    up = SuiteLayer("up", 4, 6, (8, 8), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), transposed=True)
+    path = tmp_path / "dec.json"
+    path.write_text(json.dumps(Suite("dec", "test", (up,), default_batch=2).to_json()))
+    code, out, _ = run(capsys, "bench", "--suite", str(path), "--direction", "all", *FP32, "--reps", "1",
+                       "--warmup", "0", "--json", str(tmp_path / "b.json"))
+    assert code == 0 and "fwd (transposed)" in out and "bwd_weight (transposed)" in out
+    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert [(r["direction"], r["problem"].split()[0]) for r in rows] == [
+        ("fwd", "bwd_data"), ("bwd_data", "fwd"), ("bwd_weight", "bwd_weight")]
+    assert rows[0]["torch_us"] > 0  # F.conv_transpose2d
+    code, out, _ = run(capsys, "tune", "--suite", str(path), "--direction", "fwd", *FP32, "--reps", "1",
+                       "--warmup", "0", "--db", str(tmp_path / "db.json"))
+    assert code == 0 and "fwd (transposed)" in out
+
+
 def test_bench_json_to_stdout(capsys):
     code, out, _ = run(capsys, "bench", "--shape", SHAPE, *FP32, "--reps", "1", "--warmup", "0", "--json", "-")
     assert code == 0 and json.loads(out)["rows"][0]["picked"] == "aten:native:default"

@@ -201,6 +201,34 @@ def test_in_code_models_run_on_meta():
     assert _meta_output("tiny", 2).shape == (2, 8, 8, 8)
     assert _meta_output("unet_like", 2).shape == (2, 4, 64, 64)
     assert [t.shape for t in _meta_output("yolo_like")] == [(1, 255, 80, 80), (1, 255, 40, 40), (1, 255, 20, 20)]
+    assert _meta_output("transposed_decoder").shape == (1, 21, 512, 512)
+
+
+def test_the_decoders_transposed_layers_are_ranked_in_their_own_directions():
+    """picks() ranks a transposed layer's forward as its convolution's bwd_data and marks its row."""
+    from conv_core.model_bench import picks
+
+    model = conv_core.convert(bench_nets.TransposedDecoder(16, (8, 4), classes=3).eval())
+    found = picks(model, torch.randn(1, 16, 3, 3))
+    rows = {row["module"]: row for row in found["layers"]}
+    assert [name for name, row in rows.items() if row.get("transposed")] == ["stages.0.0", "stages.1.0", "head"]
+    assert rows["head"]["problem"].startswith("bwd_data n1 c3 k4 g1 i24x24 f4x4 s2x2 p1.1x1.1")
+    assert all(row["fwd"] == "aten:native:default" for row in found["layers"])
+    assert found["by_backend"]["fwd"]["aten"] == {"problems": 5, "calls": 7}  # each stage runs its 3x3 twice
+
+
+def test_channels_last_casts_2d_and_3d_tensors_in_their_formats():
+    """A video model's 5-D weights and inputs go to channels_last_3d (Module.to takes one format for all)."""
+    from conv_core.model_bench import cast, cast_input
+
+    model = cast(nn.Sequential(nn.Conv3d(3, 4, 3), nn.Conv2d(3, 4, 3), nn.Conv1d(3, 4, 3)), torch.float32,
+                 "channels_last")
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last_3d)
+    assert model[1].weight.is_contiguous(memory_format=torch.channels_last)
+    assert model[2].weight.is_contiguous()
+    video = cast_input(torch.randn(2, 3, 4, 5, 6), torch.bfloat16, "channels_last")
+    assert video.dtype == torch.bfloat16 and video.is_contiguous(memory_format=torch.channels_last_3d)
+    assert cast_input(torch.randn(2, 3, 4, 5), torch.float32, "channels_first").is_contiguous()
 
 
 def test_backbone_and_head_returns_the_heads_tensors_by_key():
@@ -226,3 +254,8 @@ def test_torchvision_models_say_how_to_install_it(monkeypatch):
         bench_models.get("nosuch")
     assert set(bench_models.HEADLINE_MODELS) <= set(bench_models.MODELS)
     assert set(bench_models.HOLDOUT_MODELS) <= set(bench_models.MODELS)
+    assert set(bench_models.NEW_KIND_MODELS) <= set(bench_models.MODELS)
+    assert "resnext50_32x4d" in bench_models.NEW_KIND_MODELS
+    assert bench_models.get("r2plus1d_18").input_shape == (3, 16, 112, 112)
+    with pytest.raises(bench_models.ModelUnavailable, match="r2plus1d_18"):
+        bench_models.build("r2plus1d_18")

@@ -27,6 +27,7 @@ from conv_core.suites import (
     SuiteLayer,
     available_suites,
     direction_label,
+    layer_direction,
     load_suite,
     problems_from_shape,
     suite_problems,
@@ -819,7 +820,8 @@ def test_transposed_layer_directions_map_onto_the_convolution():
     assert layer.output_padding == (0, 0)
     assert SuiteLayer("odd", 8, 8, (17,), (3,), (2,), ((1, 1),), (1,), transposed=True).output_padding == (0,)
     assert SuiteLayer("even", 8, 8, (18,), (3,), (2,), ((1, 1),), (1,), transposed=True).output_padding == (1,)
-    assert direction_label("fwd", True) == "fwd (transposed)" and direction_label("fwd") == "fwd"
+    assert direction_label("bwd_data", True) == "fwd (transposed)" and direction_label("bwd_data") == "bwd_data"
+    assert layer_direction("fwd", True) == "bwd_data" and layer_direction("fwd") == "fwd"
 
 
 def test_transposed_field_round_trips_and_is_written_only_when_true(tmp_path):

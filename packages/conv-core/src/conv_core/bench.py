@@ -9,6 +9,11 @@ are, and how often the ranking picks the candidate that was actually fastest.
 A candidate that raises is recorded with its error and the run goes on; a
 candidate the ranking excludes (measured as broken by ``conv-core tune``) is
 not run at all, since a kernel known to be wrong may also fault.
+
+A suite's transposed layer (:mod:`conv_core.suites`) is benchmarked as the
+problem that computes it, its forward as its convolution's ``bwd_data``, whose
+aten candidate is cuDNN's transposed convolution (what ``F.conv_transpose*d``
+runs); its rows show the layer's own direction, marked ``(transposed)``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +34,7 @@ from .explanation import describe_shape
 from .problem import ConvProblem
 from .progress import Progress, format_table, progress_mode
 from .reference import random_operands
+from .suites import SuiteLayer, direction_label, layer_direction
 from .timing import median_us
 
 #: Pseudo kernel id of the direct ``torch.nn.functional.conv*d`` call.
@@ -59,6 +65,16 @@ class BenchRow:
     picked: str | None = None
     picked_source: str | None = None
     pick_error: str | None = None
+    transposed: bool = False
+
+    @property
+    def direction(self) -> str:
+        """The layer's direction: a transposed layer's forward is its convolution's ``bwd_data`` problem."""
+        return layer_direction(self.problem.direction, self.transposed)
+
+    @property
+    def direction_label(self) -> str:
+        return direction_label(self.problem.direction, self.transposed)
 
     def time_of(self, kernel: str | None) -> float | None:
         return next((m.us for m in self.measurements if m.kernel == kernel and m.ok), None)
@@ -105,7 +121,8 @@ class BenchRow:
             "layer": self.layer,
             "problem": self.problem.key,
             "shape": describe_shape(self.problem),
-            "direction": self.problem.direction,
+            "direction": self.direction,
+            "transposed": self.transposed,
             "flops": self.problem.flops,
             "picked": self.picked,
             "picked_source": self.picked_source,
@@ -135,25 +152,28 @@ def time_call(kernel: str, fn: Callable[[], object], device: torch.device, *, re
 
 
 def run_bench(problems: list[tuple[str, ConvProblem]], device: torch.device | str, *, reps: int, warmup: int,
-              progress: bool | str = True) -> list[BenchRow]:
+              progress: bool | str = True, transposed: Collection[str] = ()) -> list[BenchRow]:
     """Time every candidate (and PyTorch's forward) on each ``(layer, problem)``.
 
     ``progress``: ``True`` draws a bar on stderr when it is a terminal,
-    ``"always"`` draws it anyway, ``False`` never.
+    ``"always"`` draws it anyway, ``False`` never. ``transposed`` names the
+    layers that are transposed convolutions (:func:`conv_core.suites.transposed_layers`).
     """
     device = torch.device(device)
     rows = []
     with Progress(len(problems), "bench", mode=progress_mode(progress)) as bar:
         for layer, problem in problems:
             bar.step(layer)
-            rows.append(bench_problem(layer, problem, device, reps=reps, warmup=warmup))
+            rows.append(bench_problem(layer, problem, device, reps=reps, warmup=warmup,
+                                      transposed=layer in transposed))
     return rows
 
 
-def bench_problem(layer: str, problem: ConvProblem, device: torch.device, *, reps: int, warmup: int) -> BenchRow:
+def bench_problem(layer: str, problem: ConvProblem, device: torch.device, *, reps: int, warmup: int,
+                  transposed: bool = False) -> BenchRow:
     """Measure one problem: the engine's pick, every candidate, and the torch reference."""
     engine = get_engine()
-    row = BenchRow(layer, problem)
+    row = BenchRow(layer, problem, transposed=transposed)
     excluded: dict[str, str] = {}
     try:
         ranking = engine.ranking(problem, device)
@@ -169,22 +189,26 @@ def bench_problem(layer: str, problem: ConvProblem, device: torch.device, *, rep
         else:
             row.measurements.append(time_call(c.kernel_id, lambda c=c: c.run(*operands), device,
                                               reps=reps, warmup=warmup))
-    torch_fn, why_not = torch_reference(problem, operands)
+    torch_fn, why_not = torch_reference(problem, operands, transposed)
     if torch_fn is not None:
         row.measurements.append(time_call(TORCH, torch_fn, device, reps=reps, warmup=warmup))
-    elif problem.direction == "fwd":
+    elif row.direction == "fwd":
         row.measurements.append(Measurement(TORCH, skipped=why_not))
     return row
 
 
-def torch_reference(problem: ConvProblem, operands: tuple) -> tuple[Callable[[], object] | None, str]:
+def torch_reference(problem: ConvProblem, operands: tuple,
+                    transposed: bool = False) -> tuple[Callable[[], object] | None, str]:
     """The plain PyTorch forward call a user would write, or None and why it does not apply.
 
     Only forward problems with symmetric padding and one dtype for every
-    tensor map onto ``torch.nn.functional.conv*d`` directly.
+    tensor map onto ``torch.nn.functional.conv*d`` directly; a transposed
+    layer's forward (its convolution's ``bwd_data``) onto ``conv_transpose*d``.
     """
-    if problem.direction != "fwd":
+    if layer_direction(problem.direction, transposed) != "fwd":
         return None, "forward only"
+    if transposed:
+        return _transposed_reference(problem, operands)
     padding = problem.symmetric_padding
     if padding is None:
         return None, "asymmetric padding"
@@ -196,6 +220,21 @@ def torch_reference(problem: ConvProblem, operands: tuple) -> tuple[Callable[[],
     def call():
         return activations.apply(problem.activation,
                                  conv(x, w, bias, problem.stride, padding, problem.dilation, problem.groups))
+
+    return call, ""
+
+
+def _transposed_reference(problem: ConvProblem, operands: tuple) -> tuple[Callable[[], object] | None, str]:
+    """``F.conv_transpose*d`` of a transposed layer's forward (``problem`` is its convolution's ``bwd_data``)."""
+    padding = problem.symmetric_padding
+    if padding is None:
+        return None, "asymmetric padding"
+    conv_transpose = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[problem.ndim]
+    output_padding = SuiteLayer.from_problem("", problem).output_padding
+    dy, w = operands
+
+    def call():
+        return conv_transpose(dy, w, None, problem.stride, padding, output_padding, problem.groups, problem.dilation)
 
     return call, ""
 
@@ -233,7 +272,7 @@ def format_report(rows: list[BenchRow], device: str = "") -> str:
     for r in rows:
         fastest = r.fastest
         shape = (describe_shape(r.problem),) if show_shape else ()
-        table.append((r.layer, r.problem.direction, *shape, fastest.kernel if fastest else None, r.picked,
+        table.append((r.layer, r.direction_label, *shape, fastest.kernel if fastest else None, r.picked,
                       _fmt(r.aten_us), _fmt(r.torch_us), _fmt(fastest.us if fastest else None),
                       _fmt(r.tflops(fastest.us if fastest else None)), _x(r.speedup), _x(r.picked_over_fastest)))
     headers = ("layer", "dir", *(("shape",) if show_shape else ()), "fastest", "picked", "aten us", "torch us",
@@ -278,7 +317,7 @@ def write_csv(rows: list[BenchRow], path: str | Path) -> None:
             fastest = r.fastest
             for m in r.measurements:
                 writer.writerow({
-                    "layer": r.layer, "direction": r.problem.direction, "problem": r.problem.key,
+                    "layer": r.layer, "direction": r.direction_label, "problem": r.problem.key,
                     "kernel": m.kernel, "us": m.us, "tflops": r.tflops(m.us),
                     "speedup_vs_aten": _ratio(r.aten_us, m.us), "picked": int(m.kernel == r.picked),
                     "fastest": int(fastest is not None and m.kernel == fastest.kernel),

@@ -4,6 +4,7 @@
 - :class:`SDVAEDecoder`: the Stable Diffusion VAE decode path (diffusers' ``AutoencoderKL`` decoder);
 - :class:`UNetLike` and :class:`YoloLike`: the convolution stacks of a diffusion UNet and a YOLO-style
   detector, for judging the ranking on shapes no shipped suite holds;
+- :class:`TransposedDecoder`: a segmentation decoder that upsamples by transposed convolutions;
 - :class:`BackboneAndHead`: a detector's backbone followed by its head on the feature maps, so a
   detector's convolutions run without its box decoding and post-processing.
 """
@@ -201,6 +202,34 @@ class YoloLike(nn.Module):
             pooled.append(F.max_pool2d(pooled[-1], 5, stride=1, padding=2))
         maps[-1] = self.sppf_out(torch.cat(pooled, dim=1))
         return tuple(head(m) for head, m in zip(self.heads, maps[1:]))
+
+
+# ---- a decoder built on transposed convolutions -------------------------------------------------
+
+
+class TransposedDecoder(nn.Module):
+    """A segmentation decoder that upsamples by transposed convolutions, from a backbone's stride-32 map.
+
+    Each stage is a UNet decoder's up path without the skips: a ``ConvTranspose2d`` with kernel 2 and
+    stride 2 that doubles the size and halves the channels, then two 3x3 conv + BN + ReLU. A final
+    ``ConvTranspose2d`` with kernel 4, stride 2 and padding 1 (the FCN / DCGAN up-conv) maps to the classes
+    at the image's size. By default it reads a ResNet-50's 2048 x 16 x 16 map of a 512 x 512 image and
+    runs stages of 512, 256, 128, 64 channels (32 to 256 pixels) before the 21-class head at 512.
+    """
+
+    def __init__(self, in_channels: int = 2048, widths: tuple[int, ...] = (512, 256, 128, 64),
+                 classes: int = 21) -> None:
+        super().__init__()
+        stages, cin = [], in_channels
+        for width in widths:
+            stages.append(nn.Sequential(nn.ConvTranspose2d(cin, width, 2, stride=2), conv_bn(width, width),
+                                        conv_bn(width, width)))
+            cin = width
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.ConvTranspose2d(cin, classes, 4, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.stages(x))
 
 
 class BackboneAndHead(nn.Module):

@@ -104,10 +104,19 @@ def select_problems(args: argparse.Namespace, device: torch.device) -> list[tupl
     if args.direction is None:
         return base
     directions = DIRECTIONS if args.direction == "all" else (args.direction,)
+    transposed = transposed_layers(args)
     try:
-        return [(name, p.with_direction(d)) for name, p in base for d in directions]
+        return [(name, p.with_direction(suites.TRANSPOSED_DIRECTIONS[d] if name in transposed else d))
+                for name, p in base for d in directions]
     except ValueError as exc:
         raise UsageError(_message(exc)) from None
+
+
+def transposed_layers(args: argparse.Namespace) -> frozenset[str]:
+    """The ``--suite``'s transposed layers, whose directions map onto their convolution's (:mod:`conv_core.suites`)."""
+    from . import suites
+
+    return suites.transposed_layers(args.suite) if args.suite else frozenset()
 
 
 def require_backend(name: str | None) -> None:
@@ -200,7 +209,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         except ChartUnavailable as exc:
             raise UsageError(str(exc)) from None
     problems = select_problems(args, device)
-    rows = bench.run_bench(problems, device, reps=args.reps, warmup=args.warmup, progress=_progress(args))
+    rows = bench.run_bench(problems, device, reps=args.reps, warmup=args.warmup, progress=_progress(args),
+                           transposed=transposed_layers(args))
     if args.json == "-":
         print(json.dumps(bench.to_json(rows, device, reps=args.reps, warmup=args.warmup), indent=1))
     else:
@@ -218,6 +228,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Gate and time every candidate; store the times in the tuning database (and an export table)."""
+    from .suites import direction_label
     from .tune import run_tune
 
     device = parse_device(args.device)
@@ -227,8 +238,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     entries = run_tune(problems, device, reps=args.reps, warmup=args.warmup, db_path=args.db, export=args.export,
                        backend=args.backend, progress=_progress(args),
                        on_result=lambda layer, entry, detail: results.append((layer, entry, detail)))
-    table = [(layer, ConvProblem.from_key(e.problem).direction, e.kernel, e.status,
-              f"{e.us:.1f}" if e.status == "ok" else None, detail or None) for layer, e, detail in results]
+    transposed = transposed_layers(args)
+    table = [(layer, direction_label(ConvProblem.from_key(e.problem).direction, layer in transposed), e.kernel,
+              e.status, f"{e.us:.1f}" if e.status == "ok" else None, detail or None) for layer, e, detail in results]
     print(format_table(("layer", "dir", "kernel", "status", "us", "detail"), table, align="llllrl"))
     from .engine import get_engine
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -32,10 +33,12 @@ from torch import nn
 
 from . import bench_models
 from .bench_record import finite
+from .layout import to_layout
 from .model_bench_modes import (AMP_MODES, CUDA_MODES, INFERENCE_MODES, MODES, Runner, prepare, random_layers_off,
                                 tensors_of)
 from .problem import DIRECTIONS, torch_dtype
 from .reference import UNIT_ROUNDOFF
+from .suites import TRANSPOSED_DIRECTIONS
 
 VARIANTS = ("plain", "conv", "fused")
 #: A variant's output error is tolerated up to this many times plain PyTorch's own error on the same run ...
@@ -101,17 +104,27 @@ def _free(device: torch.device) -> None:
 # ---- models and inputs as a mode runs them ----------------------------------------------------
 
 
+def in_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """``t`` dense in ``layout`` if it is 4-D or 5-D (``channels_last`` / ``channels_last_3d``: a 2D or 3D
+    convolution's tensor), else as it is: PyTorch has no channels-last format for other ranks."""
+    return to_layout(t, layout) if t.dim() in (4, 5) else t
+
+
 def cast(module: nn.Module, dtype: torch.dtype, layout: str) -> nn.Module:
-    """``module`` with floating-point weights in ``dtype`` and 4-D ones in ``layout``, in place."""
+    """``module`` with floating-point weights in ``dtype`` and 4-D and 5-D ones in ``layout``, in place.
+
+    Parameters are converted one by one: ``Module.to(memory_format=...)`` takes one format for every rank,
+    and a 3D model's 5-D weights need ``channels_last_3d``.
+    """
     module.to(dtype=dtype)
     if layout == "channels_last":
-        module.to(memory_format=torch.channels_last)
+        for tensor in itertools.chain(module.parameters(), module.buffers()):
+            tensor.data = in_layout(tensor.data, layout)
     return module
 
 
 def cast_input(x: torch.Tensor, dtype: torch.dtype, layout: str) -> torch.Tensor:
-    x = x.to(dtype)
-    return x.contiguous(memory_format=torch.channels_last) if layout == "channels_last" and x.dim() == 4 else x
+    return in_layout(x.to(dtype), layout)
 
 
 def _weights_dtype(mode: str, config: ModelBenchConfig) -> torch.dtype:
@@ -294,7 +307,12 @@ def describe_mode(model: str, result: dict) -> str:
 
 def picks(module: nn.Module, x: torch.Tensor, directions: tuple[str, ...] = DIRECTIONS) -> dict:
     """The converted ``module``'s distinct problems on ``x`` and, per direction, the kernel the engine
-    ranks first: ``{"layers": [...], "by_backend": {direction: {backend: {"problems", "calls"}}}}``."""
+    ranks first: ``{"layers": [...], "by_backend": {direction: {backend: {"problems", "calls"}}}}``.
+
+    Directions are the layers': a transposed convolution's forward is ranked as the problem that computes
+    it (its convolution's ``bwd_data``; :data:`conv_core.suites.TRANSPOSED_DIRECTIONS`), and its row says
+    ``"transposed": true``.
+    """
     import conv_core
 
     engine = conv_core.get_engine()
@@ -302,8 +320,11 @@ def picks(module: nn.Module, x: torch.Tensor, directions: tuple[str, ...] = DIRE
     rows, by_backend = [], {d: {} for d in directions}
     for layer in layers:
         row = {"module": layer.name, "problem": layer.problem.key, "count": layer.count}
+        if layer.transposed:
+            row["transposed"] = True
         for direction in directions:
-            problem = layer.problem.with_direction(direction)
+            problem = layer.problem.with_direction(TRANSPOSED_DIRECTIONS[direction] if layer.transposed
+                                                   else direction)
             try:
                 best = engine.ranking(problem, x.device).best
                 backend, row[direction] = best.candidate.backend, best.kernel_id

@@ -44,8 +44,8 @@ from pathlib import Path
 
 from .problem import ConvProblem
 
-__all__ = ["TRANSPOSED_DIRECTIONS", "Suite", "SuiteLayer", "available_suites", "direction_label", "load_suite",
-           "problems_from_shape", "suite_problems", "transposed_layers"]
+__all__ = ["TRANSPOSED_DIRECTIONS", "Suite", "SuiteLayer", "available_suites", "direction_label", "layer_direction",
+           "load_suite", "problems_from_shape", "suite_problems", "transposed_layers"]
 
 _SUITE_DIR = "data/suites"
 _LAYER_FIELDS = ("name", "in_channels", "out_channels", "input_size", "filter_size", "stride", "padding",
@@ -57,8 +57,15 @@ _SUITE_FIELDS = ("name", "description", "source", "default_batch", "layers")
 TRANSPOSED_DIRECTIONS = {"fwd": "bwd_data", "bwd_data": "fwd", "bwd_weight": "bwd_weight"}
 
 
-def direction_label(direction: str, transposed: bool = False) -> str:
-    """How tables show a layer's ``direction``: marked when the layer is a transposed convolution."""
+def layer_direction(problem_direction: str, transposed: bool = False) -> str:
+    """The direction of a layer that a problem in ``problem_direction`` computes (the map is its own inverse)."""
+    return TRANSPOSED_DIRECTIONS[problem_direction] if transposed else problem_direction
+
+
+def direction_label(problem_direction: str, transposed: bool = False) -> str:
+    """How tables show the layer direction a problem computes: ``"fwd (transposed)"`` for a transposed
+    layer's forward (its convolution's ``bwd_data``), the direction itself for any other layer."""
+    direction = layer_direction(problem_direction, transposed)
     return f"{direction} (transposed)" if transposed else direction
 
 
