@@ -92,6 +92,16 @@ def test_out_dtype_keeps_a_wider_outputs_accuracy(backend):
     assert (y.double() - reference).abs().max() < 2e-2 * reference.abs().max()
 
 
+@pytest.mark.parametrize("backend", [None, "counting"])
+def test_autocast_computes_in_its_dtype_as_pytorch_does(backend):
+    x, w, b = (t.float() for t in tensors(2, 4, 6, (5, 5), (3, 3)))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = conv_core.conv_transpose2d(x, w, b, stride=2, backend=backend)
+        assert y.dtype == F.conv_transpose2d(x, w, b, stride=2).dtype == torch.bfloat16
+    reference = F.conv_transpose2d(x.double(), w.double(), b.double(), stride=2)
+    assert (y.double() - reference).abs().max() < 2e-2 * reference.abs().max()
+
+
 @pytest.mark.parametrize("ndim, c, k, size, kernel, kwargs", CASES[:2] + CASES[3:])
 def test_gradcheck_through_the_engine(ndim, c, k, size, kernel, kwargs, counting):
     x, w, b = tensors(ndim, c, k, size, kernel, kwargs.get("groups", 1), grad=True, batch=1)

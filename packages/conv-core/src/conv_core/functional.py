@@ -1,4 +1,4 @@
-"""``conv1d`` / ``conv2d`` / ``conv3d``: drop-ins for ``torch.nn.functional``.
+"""``conv1d`` / ``conv2d`` / ``conv3d`` and their transposed kin: drop-ins for ``torch.nn.functional``.
 
 Three ways through, one decision (:mod:`conv_core.routes`):
 
@@ -11,6 +11,9 @@ Three ways through, one decision (:mod:`conv_core.routes`):
   Inductor's own convolution where aten ranks first and an opaque custom op where a plugin wins;
 - empty tensors (batch 0, no channels) go to ``F.conv*d`` as they are: PyTorch's empty output and
   zero gradients, or its error.
+
+``conv_transpose1d`` / ``conv_transpose2d`` / ``conv_transpose3d`` go the same three ways, as the data
+gradient of a convolution (:mod:`conv_core.transposed`, :mod:`conv_core.transposed_route`).
 """
 
 from __future__ import annotations

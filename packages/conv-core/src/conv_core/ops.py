@@ -10,6 +10,10 @@ an opaque custom op whose backward calls the two opaque backward ops. Symbolic (
 be ranked, so those layers are Inductor's too. The decision is made once per signature and never
 times anything (first-use benchmarking never runs while tracing).
 
+A transposed call becomes ``conv_core::conv_transpose``, decided the same way: ``F.conv_transpose*d``
+where aten ranks first, else the opaque ``conv_core::convolution_backward_data`` it is
+(:mod:`conv_core.transposed`) with its epilogue as plain operations.
+
 The ops take the call's arguments as plain lists (:mod:`conv_core.dispatch` translates, and is how
 the functional API calls them). Fake implementations give shapes, dtypes and strides without running
 anything.
@@ -241,10 +245,9 @@ def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups
         y = CONV_TRANSPOSE[args.ndim](input, weight, bias, stride, padding, output_padding, groups, dilation)
         y = activations.apply(args.activation, y)
         return y if out_dtype is None else y.to(out_dtype)
-    conv = op_operands(args.conv)
-    stride, padding, dilation, groups, backend = conv[0], conv[1], conv[2], conv[3], conv[6]
+    conv_padding = op_operands(args.conv)[1]  # C's: (left, right) pairs, flattened
     output_shape = list(args.output_shape(input.shape, weight.shape))
-    y = convolution_backward_data(input, weight, output_shape, detect_layout(input), stride, padding, dilation,
+    y = convolution_backward_data(input, weight, output_shape, detect_layout(input), stride, conv_padding, dilation,
                                   groups, backend)
     if out_dtype is not None:
         y = y.to(out_dtype)
