@@ -50,6 +50,31 @@ def test_held_out_layers_are_captured_on_meta_and_kept_apart_from_the_suites():
     assert len(set(fwd)) == 3 and not set(fwd) & {layer.problem.key for g in in_sample for layer in g}
 
 
+def test_transposed_layers_are_judged_in_their_own_directions():
+    """A decoder's ConvTranspose2d layers (captured) and a suite's transposed layers keep their directions:
+    the forward is their convolution's bwd_data, and rows and the page say so."""
+    captured = bench_holdout.captured_layers("transposed_decoder", batch=1, dtype="bfloat16")
+    assert sum(layer.transposed for layer in captured) == 5 and len(captured) == 9
+    (held,) = bench_holdout.holdout_layers(("transposed_decoder",), batch=2, dtype="bfloat16",
+                                           layout="channels_last", arch="sm_90", per_model=9, seen=set())
+    head = {layer.direction: layer.problem.direction for layer in held if layer.name == "head"}
+    assert head == {"fwd": "bwd_data", "bwd_data": "fwd", "bwd_weight": "bwd_weight"}
+    groups = bench_holdout.in_sample_layers(dtype="float32", layout="channels_first", arch="cpu", per_model=21,
+                                            seen=set())
+    (seg,) = [g for g in groups if g[0].source == "seg_head_transposed"]
+    assert sum(layer.transposed for layer in seg) == 12 * 3
+    up = next(layer for layer in held if layer.transposed and layer.direction == "fwd")
+    small = Layer("holdout", "m", "up", 1, up.problem.replace(batch=1, in_channels=4, out_channels=8, dtype="float32",
+                                                              input_size=(8, 8), arch="cpu", layout="channels_first"),
+                  transposed=True)
+    row = judge(small, CPU, reps=1, warmup=0)
+    assert (row["direction"], row["transposed"], row["failed"]) == ("fwd", True, None)
+    summary = summarize([{**row, "ratio": 0.5}], 0.95)
+    record = {"dtype": "float32", "layout": "channels_first", "batch": 1, "models": ["m"], "suites": [],
+              "per_model": 1, "phases": [{"set": "holdout", "phase": "default", "truncated": 0, "summary": summary}]}
+    assert "`up` fwd (transposed): aten:native:default 0.500x" in markdown(record)
+
+
 def test_judge_times_the_pick_and_aten():
     row = judge(Layer("holdout", "m", "conv1", 2, TINY), CPU, reps=1, warmup=0)
     assert row["pick"] == row["aten"] == "aten:native:default" and row["ratio"] == 1.0 and row["aten_us"] > 0

@@ -820,7 +820,7 @@ def test_transposed_layer_directions_map_onto_the_convolution():
     assert layer.output_padding == (0, 0)
     assert SuiteLayer("odd", 8, 8, (17,), (3,), (2,), ((1, 1),), (1,), transposed=True).output_padding == (0,)
     assert SuiteLayer("even", 8, 8, (18,), (3,), (2,), ((1, 1),), (1,), transposed=True).output_padding == (1,)
-    assert direction_label("bwd_data", True) == "fwd (transposed)" and direction_label("bwd_data") == "bwd_data"
+    assert direction_label("fwd", True) == "fwd (transposed)" and direction_label("fwd") == "fwd"
     assert layer_direction("fwd", True) == "bwd_data" and layer_direction("fwd") == "fwd"
 
 

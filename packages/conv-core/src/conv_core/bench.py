@@ -74,7 +74,7 @@ class BenchRow:
 
     @property
     def direction_label(self) -> str:
-        return direction_label(self.problem.direction, self.transposed)
+        return direction_label(self.direction, self.transposed)
 
     def time_of(self, kernel: str | None) -> float | None:
         return next((m.us for m in self.measurements if m.kernel == kernel and m.ok), None)

@@ -18,6 +18,7 @@ budget, so a cut-short run still covers every model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -40,13 +41,23 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Layer:
-    """One problem to judge: which set, which model or suite it came from, its layer name and count there."""
+    """One problem to judge: which set, which model or suite it came from, its layer name and count there.
+
+    A ``transposed`` layer's problem is its convolution's, in the direction that computes the layer's
+    (:mod:`conv_core.suites`): its forward is judged as that convolution's ``bwd_data``.
+    """
 
     set: str
     source: str
     name: str
     count: int
     problem: ConvProblem
+    transposed: bool = False
+
+    @property
+    def direction(self) -> str:
+        """The layer's own direction."""
+        return suites.layer_direction(self.problem.direction, self.transposed)
 
 
 # ---- choosing the problems --------------------------------------------------------------------
@@ -62,33 +73,34 @@ def spread(items: list, n: int, key: Callable) -> list:
     return [ordered[round(i * (len(ordered) - 1) / (n - 1))] for i in range(n)]
 
 
-def captured_layers(model: str, *, batch: int, dtype: str, layout: str,
-                    arch: str) -> list[tuple[str, int, ConvProblem]]:
-    """(module name, count, forward problem on ``arch``) of each distinct convolution of ``model``,
-    captured on the meta device. Every problem gets ``layout``: meta kernels do not keep channels-last
-    outputs as the GPU's do, so layers after the first would otherwise be recorded channels-first."""
+def captured_layers(model: str, *, batch: int, dtype: str) -> list[suites.SuiteLayer]:
+    """Each distinct convolution of ``model`` as a suite layer (named by the first module that ran it, counted
+    over all), captured on the meta device. Only the geometry is kept: layout and arch are the judge's, and
+    meta kernels do not keep channels-last outputs as the GPU's do."""
     from .capture import capture_shapes
 
     spec = bench_models.get(model)
     net = bench_models.build(model).to(device="meta", dtype=torch_dtype(dtype)).eval()
     x = torch.empty((batch, *spec.input_shape), device="meta", dtype=torch_dtype(dtype))
-    if layout == "channels_last":
-        net, x = net.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
-    found: dict[ConvProblem, tuple[str, int]] = {}
-    for layer in capture_shapes(net, x):
-        problem = layer.problem.replace(arch=arch, layout=layout)
-        name, count = found.get(problem, (layer.name, 0))
-        found[problem] = (name, count + layer.count)
-    return [(name, count, problem) for problem, (name, count) in found.items()]
+    found: dict[suites.SuiteLayer, suites.SuiteLayer] = {}
+    for captured in capture_shapes(net, x):
+        layer = captured.suite_layer()
+        geometry = dataclasses.replace(layer, name="", count=1)
+        merged = found.get(geometry)
+        found[geometry] = layer if merged is None else dataclasses.replace(merged, count=merged.count + layer.count)
+    return list(found.values())
 
 
-def _expand(set_name: str, source: str, layers: list[tuple[str, int, ConvProblem]], per_model: int,
-            seen: set[str]) -> list[Layer]:
-    """The chosen forward layers of one source, new to ``seen``, in all three directions."""
-    fresh = [(name, count, p) for name, count, p in layers if p.key not in seen]
-    chosen = spread(fresh, per_model, key=lambda item: (item[2].flops, item[2].key))
-    seen.update(p.key for _, _, p in chosen)
-    return [Layer(set_name, source, name, count, p.with_direction(d)) for name, count, p in chosen for d in DIRECTIONS]
+def _expand(set_name: str, source: str, layers: list[suites.SuiteLayer], batch: int, per_model: int,
+            seen: set[str], **options: str) -> list[Layer]:
+    """The chosen layers of one source (by their forward problems, new to ``seen``), in all three directions;
+    ``options``: the problems' dtype, layout and arch."""
+    forward = [(layer, layer.problem(batch, **options)) for layer in layers]
+    fresh = [(layer, p) for layer, p in forward if p.key not in seen]
+    chosen = spread(fresh, per_model, key=lambda item: (item[1].flops, item[1].key))
+    seen.update(p.key for _, p in chosen)
+    return [Layer(set_name, source, layer.name, layer.count, layer.problem(batch, direction=d, **options),
+                  layer.transposed) for layer, _ in chosen for d in DIRECTIONS]
 
 
 def in_sample_layers(*, dtype: str, layout: str, arch: str, per_model: int, seen: set[str]) -> list[list[Layer]]:
@@ -96,17 +108,16 @@ def in_sample_layers(*, dtype: str, layout: str, arch: str, per_model: int, seen
     groups = []
     for name in suites.available_suites():
         suite = suites.load_suite(name)
-        layers = [(layer.name, layer.count, layer.problem(suite.default_batch, dtype=dtype, layout=layout, arch=arch))
-                  for layer in suite.layers]
-        groups.append(_expand("in_sample", name, layers, per_model, seen))
+        groups.append(_expand("in_sample", name, list(suite.layers), suite.default_batch, per_model, seen,
+                              dtype=dtype, layout=layout, arch=arch))
     return groups
 
 
 def holdout_layers(models: tuple[str, ...], *, batch: int, dtype: str, layout: str, arch: str, per_model: int,
                    seen: set[str]) -> list[list[Layer]]:
     """Per held-out model, its chosen layers (problems already in ``seen``, e.g. a suite's, are left out)."""
-    return [_expand("holdout", model, captured_layers(model, batch=batch, dtype=dtype, layout=layout, arch=arch),
-                    per_model, seen) for model in models]
+    return [_expand("holdout", model, captured_layers(model, batch=batch, dtype=dtype), batch, per_model, seen,
+                    dtype=dtype, layout=layout, arch=arch) for model in models]
 
 
 def round_robin(groups: list[list[Layer]]) -> list[Layer]:
@@ -126,7 +137,8 @@ def judge(layer: Layer, device: torch.device, *, reps: int, warmup: int) -> dict
 
     problem = layer.problem
     row = {"set": layer.set, "source": layer.source, "layer": layer.name, "count": layer.count,
-           "problem": problem.key, "direction": problem.direction, "flops": problem.flops,
+           "problem": problem.key, "direction": layer.direction, "transposed": layer.transposed,
+           "flops": problem.flops,
            "pick": None, "pick_backend": None, "pick_source": None, "aten": None,
            "pick_us": None, "aten_us": None, "ratio": None, "failed": None}
     engine = get_engine()
@@ -274,6 +286,7 @@ def markdown(record: dict) -> str:
         worst = [r for r in result["summary"]["worst"] if r["ratio"] < FLOORS[result["phase"]]]
         if worst:
             lines += ["", f"Below the floor, {result['set']} / {result['phase']}:", ""]
-            lines += [f"- {r['source']} `{r['layer']}` {r['direction']}: {r['pick']} {_x(r['ratio'])} "
+            lines += [f"- {r['source']} `{r['layer']}` {suites.direction_label(r['direction'], r.get('transposed'))}: "
+                      f"{r['pick']} {_x(r['ratio'])} "
                       f"({r['pick_us']:.1f} us vs aten {r['aten_us']:.1f} us)" for r in worst]
     return "\n".join(lines)

@@ -112,6 +112,13 @@ def select_problems(args: argparse.Namespace, device: torch.device) -> list[tupl
         raise UsageError(_message(exc)) from None
 
 
+def _direction_label(problem: ConvProblem, transposed: bool) -> str:
+    """The direction of the layer that ``problem`` computes, as tables show it."""
+    from .suites import direction_label, layer_direction
+
+    return direction_label(layer_direction(problem.direction, transposed), transposed)
+
+
 def transposed_layers(args: argparse.Namespace) -> frozenset[str]:
     """The ``--suite``'s transposed layers, whose directions map onto their convolution's (:mod:`conv_core.suites`)."""
     from . import suites
@@ -228,7 +235,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """Gate and time every candidate; store the times in the tuning database (and an export table)."""
-    from .suites import direction_label
     from .tune import run_tune
 
     device = parse_device(args.device)
@@ -239,8 +245,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                        backend=args.backend, progress=_progress(args),
                        on_result=lambda layer, entry, detail: results.append((layer, entry, detail)))
     transposed = transposed_layers(args)
-    table = [(layer, direction_label(ConvProblem.from_key(e.problem).direction, layer in transposed), e.kernel,
-              e.status, f"{e.us:.1f}" if e.status == "ok" else None, detail or None) for layer, e, detail in results]
+    table = [(layer, _direction_label(ConvProblem.from_key(e.problem), layer in transposed), e.kernel, e.status,
+              f"{e.us:.1f}" if e.status == "ok" else None, detail or None) for layer, e, detail in results]
     print(format_table(("layer", "dir", "kernel", "status", "us", "detail"), table, align="llllrl"))
     from .engine import get_engine
 

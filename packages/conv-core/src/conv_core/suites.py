@@ -62,10 +62,9 @@ def layer_direction(problem_direction: str, transposed: bool = False) -> str:
     return TRANSPOSED_DIRECTIONS[problem_direction] if transposed else problem_direction
 
 
-def direction_label(problem_direction: str, transposed: bool = False) -> str:
-    """How tables show the layer direction a problem computes: ``"fwd (transposed)"`` for a transposed
-    layer's forward (its convolution's ``bwd_data``), the direction itself for any other layer."""
-    direction = layer_direction(problem_direction, transposed)
+def direction_label(direction: str, transposed: bool = False) -> str:
+    """How tables show a layer's ``direction`` (see :func:`layer_direction`): marked on a transposed layer,
+    as in ``"fwd (transposed)"``, so it is never read as its convolution's."""
     return f"{direction} (transposed)" if transposed else direction
 
 
