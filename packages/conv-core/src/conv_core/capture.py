@@ -42,8 +42,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import routes, transposed_route
 from .problem import ConvProblem
-from .suites import SuiteLayer
-from .transposed import CONV_DIRECTION, TransposedArgs, problem_of_transposed_call
+from .suites import TRANSPOSED_DIRECTIONS, SuiteLayer
+from .transposed import TransposedArgs, problem_of_transposed_call
 
 __all__ = ["CapturedLayer", "capture_shapes"]
 
@@ -70,13 +70,10 @@ class CapturedLayer:
     transposed: bool = False
 
     def suite_layer(self) -> SuiteLayer:
-        """This layer as a shape suite's (:mod:`conv_core.suites`): the convolution's geometry."""
+        """This layer as a shape suite's (:mod:`conv_core.suites`): the convolution's geometry, and whether
+        the model runs it transposed."""
         layer = SuiteLayer.from_problem(self.name, self.problem, self.count)
-        if not self.transposed:
-            return layer
-        if "transposed" not in SuiteLayer.__dataclass_fields__:  # suites.py gains the field in a parallel change
-            raise ValueError(f"{self.name}: this conv_core.suites has no transposed layers")
-        return dataclasses.replace(layer, transposed=True)
+        return dataclasses.replace(layer, transposed=self.transposed)
 
 
 @dataclass
@@ -210,7 +207,7 @@ def _merge(records: list[tuple[str, ConvProblem, bool]], direction: str) -> list
     counts: dict[tuple[ConvProblem, bool], int] = {}
     modules: dict[tuple[ConvProblem, bool], list[str]] = {}
     for name, problem, transposed in records:
-        key = (problem.with_direction(CONV_DIRECTION[direction] if transposed else direction), transposed)
+        key = (problem.with_direction(TRANSPOSED_DIRECTIONS[direction] if transposed else direction), transposed)
         counts[key] = counts.get(key, 0) + 1
         names = modules.setdefault(key, [])
         if name not in names:

@@ -22,7 +22,8 @@ from .engine import NoCandidateError, get_engine
 from .problem import ConvProblem
 from .progress import format_table
 from .ranking import Ranking, rank
-from .transposed import CONV_DIRECTION, TransposedArgs, check_transposed_call, describe, problem_of_transposed_call
+from .suites import TRANSPOSED_DIRECTIONS
+from .transposed import TransposedArgs, check_transposed_call, describe, problem_of_transposed_call
 
 
 @dataclass(frozen=True)
@@ -164,8 +165,8 @@ def _transposed_problem(input, weight, bias, stride, padding, output_padding, gr
     """(the problem, the line saying how the transposed call maps onto it) for a ``conv_transpose*d`` call."""
     x, weight, bias = autocast_operands(input, weight, bias)
     ndim = x.dim() - 2 if isinstance(x, torch.Tensor) else 0
-    if direction not in CONV_DIRECTION:
-        raise ValueError(f"direction={direction!r} is not one of {', '.join(CONV_DIRECTION)}")
+    if direction not in TRANSPOSED_DIRECTIONS:
+        raise ValueError(f"direction={direction!r} is not one of {', '.join(TRANSPOSED_DIRECTIONS)}")
     args = TransposedArgs.of(ndim, stride, padding, output_padding, groups, dilation, activation, out_dtype, None)
     check_transposed_call(ndim, x, weight, bias, args)
     problem = problem_of_transposed_call(ndim, x, weight, bias, args, direction) if args.expressible else None

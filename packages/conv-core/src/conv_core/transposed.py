@@ -4,7 +4,8 @@ A transposed convolution ``T(x, w)`` (``torch.nn.functional.conv_transpose*d``) 
 data gradient of a convolution ``C`` computes, given ``dy = x``: ``C`` has the same weight (``T``'s weight
 ``[C_in_T, C_out_T / groups, *k]`` read as a convolution weight ``[out, in / groups, *k]``), stride, padding,
 dilation and groups, its input has ``T``'s output shape and its output has ``x``'s shape. So each
-direction of ``T`` is a direction of ``C`` that the backends already rank (:data:`CONV_DIRECTION`), and a
+direction of ``T`` is a direction of ``C`` that the backends already rank
+(:data:`~conv_core.suites.TRANSPOSED_DIRECTIONS`, which shape suites store transposed layers by too), and a
 transposed call is described, ranked, explained and captured as ``C``'s problem.
 
 ``T``'s output size per dimension is ``(in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding
@@ -24,9 +25,7 @@ from .arch import device_arch
 from .call import ConvArgs, out_dtype_name
 from .layout import detect_layout
 from .problem import ConvProblem, dtype_name, per_dim
-
-#: A direction of ``T`` -> the direction of ``C`` that computes it.
-CONV_DIRECTION = {"fwd": "bwd_data", "bwd_data": "fwd", "bwd_weight": "bwd_weight"}
+from .suites import TRANSPOSED_DIRECTIONS
 
 
 @dataclass(frozen=True)
@@ -92,9 +91,10 @@ class TransposedArgs:
         return (input_shape[0], weight_shape[1] * c.groups, *size)
 
     def problem(self, direction: str, input_shape, weight_shape, dtype: str, layout: str, arch: str) -> ConvProblem:
-        """``C``'s problem that computes ``T``'s ``direction`` (see :data:`CONV_DIRECTION`)."""
+        """``C``'s problem that computes ``T``'s ``direction``."""
         output_shape = self.output_shape(input_shape, weight_shape)
-        return self.conv.problem(CONV_DIRECTION[direction], output_shape, weight_shape, dtype, layout, False, arch)
+        return self.conv.problem(TRANSPOSED_DIRECTIONS[direction], output_shape, weight_shape, dtype, layout, False,
+                                 arch)
 
 
 def check_transposed_call(ndim: int, input, weight, bias, args: TransposedArgs) -> None:

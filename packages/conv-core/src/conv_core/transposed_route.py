@@ -22,7 +22,8 @@ from .engine import get_engine
 from .problem import ConvProblem, dtype_name, torch_dtype
 from .ranking import Ranking
 from .routes import backward_data, backward_weight, bias_grad, compact, convolve, rank_direction
-from .transposed import CONV_DIRECTION, TransposedArgs, check_transposed_call, problem_of_transposed_call
+from .suites import TRANSPOSED_DIRECTIONS
+from .transposed import TransposedArgs, check_transposed_call, problem_of_transposed_call
 
 CONV_TRANSPOSE = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
@@ -99,7 +100,7 @@ def build_transposed_route(args: TransposedArgs, x: torch.Tensor, w: torch.Tenso
     backward = {}
     if needs_grad:
         for direction in ("bwd_data", "bwd_weight"):
-            conv_problem = problem.with_direction(CONV_DIRECTION[direction])
+            conv_problem = problem.with_direction(TRANSPOSED_DIRECTIONS[direction])
             backward[conv_problem.direction] = rank_direction(conv_problem, x.device, backend, may_time)
     return TransposedRoute(args, problem, ranking, backward, output_shape, cast)
 
