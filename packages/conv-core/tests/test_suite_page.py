@@ -72,3 +72,17 @@ def test_stems_are_ordered_by_suite_then_direction_then_layout():
     assert sorted(stems, key=bench_runs.sort_key) == [
         "resnet50_fwd_nhwc", "resnet50_fwd_nchw", "resnet50_bwd_weight_nchw", "sd_vae_decoder_bwd_data_nhwc",
         "retinanet_head_fwd_nhwc"]
+
+
+def test_a_transposed_layer_is_shown_in_its_own_direction(tmp_path):
+    """A bench file of seg_head_transposed's forward: the transposed layer's problem is a bwd_data one, and the
+    page names the layer's direction beside it; a layer below the ranking's slack is listed with it."""
+    from conv_core import suite_page
+
+    key = "bwd_data n8 c512 k1024 g1 i64x64 f2x2 s2x2 p0.0x0.0 d1x1 bf16.bf16.bf16 cl b0 a- sm_90"
+    data = bench(10.0, 20.0, key, layer="unet.up1.up")
+    data["rows"][0].update(direction="fwd", transposed=True)
+    run = bench_runs.Run("run 1", {"seg_head_transposed_fwd_nhwc": data})
+    page = suite_page.render([run], "plugin", "t", "regen")
+    assert "| unet.up1.up, fwd (transposed) | n32 c64 k64" in page
+    assert "(unet.up1.up fwd (transposed) channels_last 0.50x)" in page

@@ -41,7 +41,7 @@ def bar_chart(rows: list[BenchRow], path: str | Path, title: str = "") -> Path:
         "fastest": [r.speedup for r in rows],
         "torch": [(r.aten_us / r.torch_us) if r.aten_us and r.torch_us else None for r in rows],
     }
-    labels = [f"{r.layer} {r.problem.direction}" if len({x.problem.direction for x in rows}) > 1 else r.layer
+    labels = [f"{r.layer} {r.direction_label}" if len({x.direction_label for x in rows}) > 1 else r.layer
               for r in rows]
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(rows) + 2), 4.5))

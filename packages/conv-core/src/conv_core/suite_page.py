@@ -8,6 +8,8 @@ over the copy rate) that say whether the layer is bound by arithmetic or by memo
 memory-bound ones with at most ``few_channels`` channels on one side: the RGB stem, the 3-channel image
 output, the small-K detection heads. The page names the command that regenerates it and, for each
 run it shows, the date, GPU, versions and the command of the run; nothing on it is typed by hand.
+A transposed layer (``seg_head_transposed``) runs as its convolution's problem in another direction, so
+its row names the layer's own direction beside it (``unet.up1.up, fwd (transposed)``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from .bench_runs import Run, latest
 from .estimate import roofline_us
 from .problem import ConvProblem
+from .suites import direction_label
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,9 @@ def layer_facts(row: dict, backend: str) -> dict:
     compute_us, memory_us = roofline_us(problem)
     kernel, us = backend_best(row, backend)
     aten = row["aten_us"]
-    return {"layer": row["layer"], "shape": row["shape"], "direction": row["direction"], "layout": problem.layout,
+    transposed = row.get("transposed", False)
+    return {"layer": row["layer"], "shape": row["shape"], "direction": direction_label(row["direction"], transposed),
+            "transposed": transposed, "layout": problem.layout,
             "aten_us": aten, "kernel": kernel, "us": us, "speedup": aten / us if us else None,
             "picked": row["picked"], "picked_us": row["picked_us"],
             "picked_speedup": aten / row["picked_us"] if row["picked_us"] else None,
@@ -69,7 +74,8 @@ def layer_table(facts: list[dict]) -> list[str]:
     lines = ["| layer | shape | bound | floor us (flops / bytes) | aten us | best kernel | us | speedup | picked | "
              "picked vs aten |", "|" + " --- |" * 10]
     for f in facts:
-        lines.append(f"| {f['layer']} | {f['shape']} | {'memory' if f['memory_bound'] else 'compute'} | "
+        layer = f"{f['layer']}, {f['direction']}" if f["transposed"] else f["layer"]
+        lines.append(f"| {layer} | {f['shape']} | {'memory' if f['memory_bound'] else 'compute'} | "
                      f"{fmt(f['compute_us'], 1)} / {fmt(f['memory_us'], 1)} | {fmt(f['aten_us'], 1)} | "
                      f"{f['kernel'] or '-'} | {fmt(f['us'], 1)} | {fmt(f['speedup'], 2, 'x')} | {f['picked']} | "
                      f"{fmt(f['picked_speedup'], 2, 'x')} |")
@@ -152,7 +158,8 @@ def chart(runs: list[Run], path: str, title: str) -> None:
     from .chart import bar_chart
 
     rows = [SimpleNamespace(layer=f"{stem.split('_')[0]}:{row['layer'][:28]}",
-                            problem=SimpleNamespace(direction=row["direction"]), pick_speedup=row["pick_speedup"],
+                            direction_label=direction_label(row["direction"], row.get("transposed", False)),
+                            pick_speedup=row["pick_speedup"],
                             speedup=row["speedup"], aten_us=row["aten_us"], torch_us=row["torch_us"])
             for stem, run in latest(runs) for row in run.files[stem]["rows"]]
     bar_chart(rows, path, title=title)

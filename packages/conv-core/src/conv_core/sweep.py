@@ -116,7 +116,11 @@ def sweep_problem(space: Space, problem: ConvProblem, device: torch.device, fami
 
 
 def suite_layers(spec: str, directions: Iterable[str], layout: str, dtype: str, arch: str) -> Iterator[ConvProblem]:
-    """The problems of suite ``spec`` (``name[:batch]``) in each direction."""
+    """The problems of suite ``spec`` (``name[:batch]``) in each direction.
+
+    Directions are the layers' (:func:`conv_core.suites.suite_problems`): a transposed layer's forward is its
+    convolution's ``bwd_data`` problem, so the three directions together sweep the same problems either way.
+    """
     name, _, batch = spec.partition(":")
     for direction in directions:
         for _, problem in suite_problems(name, batch=int(batch) if batch else None, dtype=dtype, layout=layout,
