@@ -80,7 +80,8 @@ class TransposedRoute:
 
     def empty_result(self, device: torch.device | str) -> torch.Tensor:
         """An uninitialised output (what a capture on the ``meta`` device returns instead of running)."""
-        return self.problem.empty_result(device).to(self.cast or torch_dtype(self.problem.dtype))
+        y = self.problem.empty_result(device)
+        return y if self.cast is None else y.to(self.cast)
 
 
 def build_transposed_route(args: TransposedArgs, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
