@@ -76,6 +76,20 @@ def test_targets_are_judged_on_the_issues_models_where_any_ran():
     assert alone["eager inference: slowest model"] == (0.1, "tiny")
 
 
+def test_new_kind_models_get_their_own_geomean_beside_the_headline_ones():
+    """A video, a transposed-convolution and a grouped model are reported beside the headline set, not in it."""
+    from conv_core.bench_page import ratios_section
+
+    new = [model_record("r2plus1d_18", [mode("eager", 10.0, 5.0)]),
+           model_record("transposed_decoder", [mode("eager", 10.0, 20.0)])]
+    runs = Runs([*records(), *new])
+    text = "\n".join(ratios_section(runs, "conv", "## conv"))
+    assert "| geomean, headline models (resnet50, convnext_tiny) | 1.000x |" in text
+    assert "| geomean, new kinds (r2plus1d_18, transposed_decoder) | 1.000x |" in text
+    got = {t.what: t.measure(runs) for t in TARGETS}
+    assert got["eager inference: geomean over the models"] == (pytest.approx(1.0), "2 of the 6 models")
+
+
 def test_a_later_run_of_a_model_replaces_its_modes():
     later = model_record("resnet50", [mode("eager", 10.0, 5.0)], date="2026-11-26T10:00:00+00:00")
     runs = Runs([*records(), later])

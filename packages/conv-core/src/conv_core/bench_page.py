@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import bench_holdout, bench_record
-from .bench_models import HEADLINE_MODELS
+from .bench_models import HEADLINE_MODELS, NEW_KIND_MODELS
 from .model_bench_modes import MODES
 
 MODE_TITLES = {"eager": "eager inference", "train": "training step (bf16)", "amp_train": "training step (AMP)",
@@ -225,6 +225,11 @@ def ratios_section(runs: Runs, variant: str, title: str) -> list[str]:
         return []
     rows = [[model] + [_x(runs.ratios(m, variant).get(model)) for m in modes] for model in runs.models]
     rows.append(["**geomean**"] + [f"**{_x(geomean(runs.ratios(m, variant).values()))}**" for m in modes])
+    for name, models in (("headline models", HEADLINE_MODELS), ("new kinds", NEW_KIND_MODELS)):
+        if set(models) & set(runs.models) and set(runs.models) - set(models):
+            rows.append([f"geomean, {name} ({', '.join(m for m in models if m in runs.models)})"]
+                        + [_x(geomean(r for model, r in runs.ratios(m, variant).items() if model in models))
+                           for m in modes])
     return [title, "", *_table(["model"] + [MODE_TITLES[m] for m in modes], rows)]
 
 
