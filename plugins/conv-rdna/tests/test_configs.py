@@ -22,7 +22,7 @@ FAMILY_DIRECTION = {"implicit_gemm": "fwd", "conv3x3": "fwd",
                     "bwd_weight_cf": "bwd_weight", "few_channels_in_bwd_weight": "bwd_weight",
                     "few_channels_out_bwd_weight": "bwd_weight", "few_channels_in_bwd_data": "bwd_data",
                     "few_channels_out_bwd_data": "bwd_data", "col2im_bwd_data": "bwd_data",
-                    "winograd_bwd_weight": "bwd_weight"}
+                    "winograd_bwd_weight": "bwd_weight", "grouped": "fwd", "grouped_bwd_weight": "bwd_weight"}
 
 
 def sweep(family: str):

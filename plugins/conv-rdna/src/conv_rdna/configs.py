@@ -402,6 +402,12 @@ def gemm_view(problem: ConvProblem, family: str) -> dict[str, int]:
         if family == "few_channels_in_bwd_data":
             return {"m": phase_pixels, "n": cin * phase_taps, "red": cout}
         return {"m": phase_pixels, "n": cin, "red": cout * phase_taps}
+    if family == "grouped":  # per group: the forward, or a stride phase of the data gradient on dy
+        if problem.direction == "fwd":
+            return {"m": pixels_out, "n": cout, "red": cin}
+        return {"m": pixels_in // math.prod(problem.stride), "n": cin, "red": cout}
+    if family == "grouped_bwd_weight":
+        return {"m": cout, "n": cin, "red": pixels_out}
     if family == "winograd":  # the 36 GEMMs: 4x4 tiles of the result x its channels, reduced over the others
         forward = problem.direction == "fwd"
         tiles = problem.batch * math.prod(-(-size // 4) for size in (problem.output_size if forward

@@ -17,6 +17,7 @@ from conv_core.problem import ConvProblem, element_size
 from . import configs
 from .plans.common import Plan, cdiv
 from .plans.few_channels import few_cout_work
+from .plans.grouped import groups_per_tile
 
 
 def roofline(problem: ConvProblem, p: Plan, compute: float, memory: float) -> float:
@@ -89,3 +90,29 @@ def depthwise(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
     if problem.layout == "channels_first":
         compute, memory = compute * eff["channels_first"], memory * eff["channels_first"]
     return roofline(problem, p, compute, memory)
+
+
+def grouped_utilization(problem: ConvProblem, p: Plan) -> float:
+    """Fraction of a grouped plan's matrix work that is real: each tile of ``G_T`` groups multiplies ``G_T``
+    diagonal blocks of ``produced x reduced`` channels in a ``width x depth`` tile (the rest is the block diagonal's
+    zeros and padding), the last tile of groups may be partial, and so may the last block of pixel rows (the
+    weight gradient's pixel blocks are batch-wide: only its last is partial)."""
+    view, c = configs.gemm_view(problem, p.kernel), p.config  # each kernel is its family
+    if p.kernel == "grouped_bwd_weight":  # rows: output channels; columns: input channels
+        produced, reduced, width, depth, rows = view["m"], view["n"], c.block_m, c.block_n, 1.0
+    else:
+        produced, reduced, width, depth = view["n"], view["red"], c.block_n, c.block_k
+        rows = view["m"] / (math.ceil(view["m"] / c.block_m) * c.block_m)
+    tiles = math.ceil(problem.groups / groups_per_tile(problem.groups, produced, reduced, width, depth))
+    return rows * problem.groups * produced * reduced / (tiles * width * depth)
+
+
+def grouped(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
+    """The grouped kernels: the block diagonal's utilization on the compute side; they read each operand once per
+    tile of groups (the whole of it: the tiles partition the channels), so the bytes are the problem's, plus the
+    weight gradient's workspace and a data gradient's zeroed ``dx`` (:func:`roofline`)."""
+    eff = tab.efficiency[p.kernel]
+    compute = eff["compute"] * grouped_utilization(problem, p)
+    if problem.layout == "channels_first":
+        compute *= tab.efficiency["channels_first_factor"]
+    return roofline(problem, p, compute, eff["memory"])

@@ -21,7 +21,7 @@ from conv_core.problem import ConvProblem
 
 from . import estimates
 from .configs import ArchTable
-from .plans import channels_first, col2im, depthwise, few_channels, gradients, implicit_gemm, winograd
+from .plans import channels_first, col2im, depthwise, few_channels, gradients, grouped, implicit_gemm, winograd
 from .plans import winograd_bwd_weight
 from .plans.common import Plan, bwd_data_phases
 
@@ -85,6 +85,19 @@ def winograd_bwd_weight_issue(problem: ConvProblem) -> str | None:
     if not winograd_bwd_weight.applies(problem):
         return "not a Winograd layer (3x3, stride 1, dilation 1, one group, >= 64 channels, >= 16 tiles)"
     return general_issue(problem)
+
+
+def grouped_issue(problem: ConvProblem) -> str | None:
+    """Why the grouped kernels do not run ``problem``: they take several groups of
+    :data:`~conv_rdna.plans.grouped.MIN_CHANNELS` to :data:`~conv_rdna.plans.grouped.MAX_CHANNELS` channels in and
+    out (so never a depthwise problem), 1D and 2D, and the data gradient by stride phase (:func:`phased_issue`)."""
+    if problem.ndim == 3:
+        return "the grouped kernels are 1D/2D only (3D convolutions are not implemented yet)"
+    low, high = grouped.MIN_CHANNELS, grouped.MAX_CHANNELS
+    cin, cout = problem.in_channels // problem.groups, problem.out_channels // problem.groups
+    if problem.groups == 1 or not (low <= cin <= high and low <= cout <= high):
+        return f"needs several groups of {low} to {high} input and output channels each"
+    return phased_issue(problem)
 
 
 def _entry(name: str, family: str, directions: tuple[str, ...], plan, estimate=None, *, summary: str,
@@ -218,12 +231,27 @@ DEPTHWISE = (
         "through a float32 workspace.")),
 )
 
-REGISTRY = Registry((*GENERAL, *CHANNELS_FIRST, *FEW_CHANNELS, *WINOGRAD, *DEPTHWISE))
+#: Several groups of 2 to 64 channels: tiles of whole groups, the weight block-diagonal.
+GROUPED = (
+    _entry("grouped", "grouped", FWD + BWD_DATA, grouped.grouped, estimates.grouped, applies=grouped_issue, summary=(
+        "groups of 2 to 64 channels (ResNeXt, RegNet): a tile covers as many whole groups as fill its "
+        "`BLOCK_N` output channels (4 groups of 4 in 16 columns), its reduction runs over the taps x the tile's "
+        "input channels with the weight loaded **block-diagonal**, zero across groups (below). The data "
+        "gradient: the same kernel on `dy`, one launch per stride phase, the weight transposed and flipped. "
+        "Same epilogue.")),
+    _entry("grouped_bwd_weight", "grouped_bwd_weight", BWD_WEIGHT, grouped.grouped_bwd_weight, estimates.grouped,
+        applies=grouped_issue, summary=(
+        "the same groups: `[output x input channels]` of a tile's groups per tap, reduced over the batch's "
+        "pixels, only the diagonal blocks stored; split and reduced **deterministically** through a float32 "
+        "workspace (below).")),
+)
+
+REGISTRY = Registry((*GENERAL, *CHANNELS_FIRST, *FEW_CHANNELS, *WINOGRAD, *DEPTHWISE, *GROUPED))
 
 #: Every configuration family, in registry order.
 FAMILIES = REGISTRY.families()
-#: Families that serve particular layers (few channels, depthwise, Winograd), as opposed to any layer.
-SPECIFIC_FAMILIES = tuple(dict.fromkeys(e.family for e in (*FEW_CHANNELS, *DEPTHWISE, *WINOGRAD)))
+#: Families that serve particular layers (few channels, depthwise, Winograd, grouped), as opposed to any layer.
+SPECIFIC_FAMILIES = tuple(dict.fromkeys(e.family for e in (*FEW_CHANNELS, *DEPTHWISE, *WINOGRAD, *GROUPED)))
 
 
 def names(entries) -> tuple[str, ...]:
