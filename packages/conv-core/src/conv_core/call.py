@@ -3,7 +3,9 @@
 The functional API, the custom ops' fake implementations, :func:`conv_core.explain` and
 :func:`conv_core.capture_shapes` all describe a call through :func:`problem_of_call`, so what
 ``explain`` reports is the problem that runs (autocast's casts included), and a bad argument is
-rejected once, with a message naming it, before anything reaches a kernel.
+rejected once, with a message naming it, before anything reaches a kernel. A ``conv_transpose*d``
+call is described as the convolution whose data gradient it is
+(:func:`conv_core.transposed.problem_of_transposed_call`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ plus the lookup, and under ``torch.compile`` Inductor sees its own convolution (
 :mod:`conv_core.ops`). Otherwise operands reach the ranked candidates dense in the problem's layout
 (channels-first or channels-last, read from the input's strides); a non-dense input is copied once
 into that layout, and the output has the input's layout.
+
+A transposed call's route (:mod:`conv_core.transposed_route`) runs these directions' problems through
+:func:`backward_data`, :func:`convolve` and :func:`backward_weight`.
 """
 
 from __future__ import annotations
