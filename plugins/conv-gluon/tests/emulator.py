@@ -17,7 +17,7 @@ from conv_core.weight_cache import DerivedWeightCache
 from conv_gluon import tiling, weights
 from conv_gluon.kernels.codes import A_MODES, ACTIVATIONS
 from conv_core.problem import element_size, torch_dtype
-from conv_gluon.launch import dy_matrix
+from conv_gluon.launch import dy_matrix, zero_phase_index
 from conv_gluon.plans import DataGradPlan, Plan, WeightGradPlan
 
 ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
@@ -67,16 +67,12 @@ def run_bwd_data(dplan: DataGradPlan, problem, dy: torch.Tensor, w: torch.Tensor
     its own weight matrix, writing from its first pixel in ``dx``."""
     shape = problem.result_shape
     y = torch.full((int(torch.tensor(shape).prod()),), float("nan"), dtype=torch.float64)
-    nhwc = y.view(shape[0], *shape[2:], shape[1])
-    stride = problem.stride
-    for ph, pw in dplan.zero_phases:
-        if problem.ndim == 2:
-            nhwc[:, ph::stride[0], pw::stride[1], :] = 0.0
-        else:
-            nhwc[:, pw::stride[0], :] = 0.0
+    channels_last = y.view(shape[0], *shape[2:], shape[1]).movedim(-1, 1)
+    for first in dplan.zero_phases:
+        channels_last[zero_phase_index(problem, first)] = 0.0
     dyf = _flat_nhwc(dy).double()
     for phase in dplan.phases:
-        matrix = weights.pack_transposed(w, problem.groups, phase.taps_h, phase.taps_w, phase.plan.weight.c_pad)
+        matrix = weights.pack_transposed(w, problem.groups, *phase.form)
         launch(phase.plan, dyf, matrix.double(), None, y)
     return _unflatten(y, shape, torch_dtype(problem.result_dtype))
 
@@ -110,19 +106,17 @@ def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor 
             p = corner[0] * c["BOX_H"] + rows // c["BOX_W"]
             q = corner[1] * c["BOX_W"] + rows % c["BOX_W"]
             row_ok = (p < s["P"]) & (q < s["Q"])
-            img = torch.full_like(rows, img)
+            img, z = torch.full_like(rows, img), torch.zeros_like(rows)
         else:
             m = pid_m * bm + rows
             row_ok = m < s["M"]
-            q = m % s["Q"]
-            p = (m // s["Q"]) % s["P"]
-            img = m // s["Q"] // s["P"]
+            img, z, p, q = _pixel_coords(m, s)
         if c["ROWS"] > 1:
             steps = _column_tiles(plan, xf, img[0], corner, g)
         elif box:
             steps = _box_tiles(plan, xf, img, corner, g)
         else:
-            steps = _gathered_tiles(plan, xf, img, p, q, row_ok, g)
+            steps = _gathered_tiles(plan, xf, img, z, p, q, row_ok, g)
         for a, col0 in steps:
             wr = g * s["K_G"] + n0 + cols
             wc = col0 + kcols
@@ -130,7 +124,7 @@ def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor 
             b = torch.where(bmask, wmat[wr.clamp(max=w_rows - 1)][:, wc.clamp(max=w_cols - 1)], 0.0)
             acc += a @ b.T
         out = activation(acc, c["ACTIVATION"]).double()
-        row_off = (s["Y_START"] + img * s["sy_n"] + p * s["sy_h"] + q * s["sy_w"]) * s["Y_CHANNELS"]
+        row_off = (s["Y_START"] + img * s["sy_n"] + z * s["sy_d"] + p * s["sy_h"] + q * s["sy_w"]) * s["Y_CHANNELS"]
         cmask = cols < s["K_G"] - n0
         if c.get("TMA_STORE"):  # the TMA copy clips at the output's edges only: the tile must stay in its group
             assert plan.y_map.block == (1, c["BOX_H"], c["BOX_W"], bn) and s["Y_START"] == 0
@@ -142,18 +136,34 @@ def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor 
         y[offs[mask]] = out[mask]
 
 
-def _gathered_tiles(plan: Plan, xf, img, p, q, row_ok, g):
-    """The gathering producer's k-steps: per (tap, channel block) the masked ``[BLOCK_M, BLOCK_K]`` tile of
-    the tile's pixels shifted by the tap, and the step's weight column."""
+def _pixel_coords(m, s):
+    """``kernels/pipeline.pixel_coords``: ``(image, z, p, q)`` of flattened output pixels ``m``."""
+    q, p = m % s["Q"], (m // s["Q"]) % s["P"]
+    plane = m // s["Q"] // s["P"]
+    return plane // s["Z"], plane % s["Z"], p, q
+
+
+def _depth(z, t, ok, s, c):
+    """``kernels/pipeline.depth_offsets`` without the base: each row's input plane ``d`` for depth tap ``t``
+    and ``ok`` narrowed to the planes inside the volume."""
+    d = z * s["STRIDE_D"] - c["PAD_D"] + t * s["DIL_D"]
+    return d, ok & (d >= 0) & (d < s["D"])
+
+
+def _gathered_tiles(plan: Plan, xf, img, z, p, q, row_ok, g):
+    """The gathering producer's k-steps: per (depth tap, tap, channel block) the masked ``[BLOCK_M, BLOCK_K]``
+    tile of the tile's pixels shifted by the tap, and the step's weight column."""
     s, c = dict(plan.scalars), dict(plan.constexprs)
     bk = c["BLOCK_K"]
     kcols = torch.arange(bk)
-    for tap in range(s["TAPS"]):
+    for flat in range(s["T"] * s["TAPS"]):
+        dt, tap = divmod(flat, s["TAPS"])
+        d, d_ok = _depth(z, dt, row_ok, s, c)
         r, t = divmod(tap, s["S"])
         h = p * s["STRIDE_H"] - s["PAD_H"] + r * s["DIL_H"]
         w_ = q * s["STRIDE_W"] - s["PAD_W"] + t * s["DIL_W"]
-        ok = row_ok & (h >= 0) & (h < s["H"]) & (w_ >= 0) & (w_ < s["W"])
-        base = torch.where(ok, img * s["sx_n"] + g * s["C_G"] + h * s["sx_h"] + w_ * s["sx_w"], 0)
+        ok = d_ok & (h >= 0) & (h < s["H"]) & (w_ >= 0) & (w_ < s["W"])
+        base = torch.where(ok, img * s["sx_n"] + d * s["sx_d"] + g * s["C_G"] + h * s["sx_h"] + w_ * s["sx_w"], 0)
         for cb in range(s["NCB"]):
             ch = cb * bk + kcols
             if c["EVEN_C"]:
@@ -162,7 +172,7 @@ def _gathered_tiles(plan: Plan, xf, img, p, q, row_ok, g):
                 cmask = (ch // c["VEC"]) < (s["C_G"] // c["VEC"])
             mask = ok[:, None] & cmask[None, :]
             offs = base[:, None] + ch[None, :]
-            yield torch.where(mask, xf[offs.clamp(0, xf.numel() - 1)], 0.0), (tap * s["NCB"] + cb) * bk
+            yield torch.where(mask, xf[offs.clamp(0, xf.numel() - 1)], 0.0), (flat * s["NCB"] + cb) * bk
 
 
 def _tma_box(plan: Plan, xf, tmap, img: int, h0: int, w0: int, channel: int) -> torch.Tensor:
@@ -234,8 +244,9 @@ def run_units(wplan: WeightGradPlan, xf: torch.Tensor, dym: torch.Tensor) -> tor
     size = wplan.splits * wplan.partial_numel if wplan.split else wplan.numel
     target = torch.full((size,), float("nan"), dtype=torch.float64)
     for unit in range(s["NUM_UNITS"]):
-        split, g, tap, pid_m, pid_n = tiling.unit_coords(unit, s["TILES_M"], s["TILES_N"], s["TAPS"], s["GROUPS"],
-                                                         dict(wplan.constexprs)["GROUP_M"])
+        # (the kernel splits the tap into its depth tap and the plane's: tap = t * TAPS + plane tap)
+        split, g, tap, pid_m, pid_n = tiling.unit_coords(unit, s["TILES_M"], s["TILES_N"], s["T"] * s["TAPS"],
+                                                         s["GROUPS"], dict(wplan.constexprs)["GROUP_M"])
         if wplan.rows > 1:
             _filter_column_unit(wplan, xf, dym, target, split, g, tap, pid_m, pid_n)
             continue
@@ -294,7 +305,8 @@ def _weight_grad_tiles(wplan: WeightGradPlan, xf, dym, g, tap, pid_m, pid_n, ste
     s, c = dict(wplan.scalars), dict(wplan.constexprs)
     bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
     pix, m, n = torch.arange(bk), torch.arange(bm), torch.arange(bn)
-    row, t = divmod(tap, s["S"])
+    depth_tap, plane_tap = divmod(tap, s["TAPS"])
+    row, t = divmod(plane_tap, s["S"])
     r = row * wplan.rows
     dh, dw = r * s["DIL_H"] - s["PAD_H"], t * s["DIL_W"] - s["PAD_W"]
     dy_col = g * s["DY_GROUP"] + pid_m * bm + m
@@ -321,12 +333,11 @@ def _weight_grad_tiles(wplan: WeightGradPlan, xf, dym, g, tap, pid_m, pid_n, ste
     j = step * bk + pix
     rows_ok = j < s["J"]
     a = _bounded(dym, j, rows_ok & (j < wplan.dy_map.shape[0]), dy_col, dy_col < wplan.dy_map.shape[1])
-    q = j % s["Q"]
-    p = (j // s["Q"]) % s["P"]
-    img = j // s["Q"] // s["P"]
+    img, z, p, q = _pixel_coords(j, s)
+    d, d_ok = _depth(z, depth_tap, rows_ok, s, c)
     h, w = p * s["STRIDE_H"] + dh, q * s["STRIDE_W"] + dw
-    ok = rows_ok & (h >= 0) & (h < s["H"]) & (w >= 0) & (w < s["W"])
-    base = torch.where(ok, img * s["sx_n"] + g * s["C_G"] + h * s["sx_h"] + w * s["sx_w"], 0)
+    ok = d_ok & (h >= 0) & (h < s["H"]) & (w >= 0) & (w < s["W"])
+    base = torch.where(ok, img * s["sx_n"] + d * s["sx_d"] + g * s["C_G"] + h * s["sx_h"] + w * s["sx_w"], 0)
     ch = pid_n * bn + n
     cmask = torch.ones_like(ch, dtype=torch.bool) if c["EVEN_C"] else (ch // c["VEC"]) < (s["C_G"] // c["VEC"])
     mask = ok[:, None] & cmask[None, :]

@@ -77,6 +77,10 @@ def test_backend_loads_through_its_entry_point():
     (problem(dilation=3, padding=3).with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box"]),
     (problem(input_size=(30,), filter_size=5, padding=2, dtype="float16").with_direction("bwd_weight"),
      ["bwd_weight_gather", "bwd_weight_box"]),
+    # 3D (NDHWC): the gathering kernels only, in every direction (the box kernels' boxes are rank 4)
+    (problem(input_size=(5, 6, 7)), ["fwd_gather"]),
+    (problem(input_size=(5, 6, 7), stride=2).with_direction("bwd_data"), ["bwd_data_gather"]),
+    (problem(input_size=(1, 6, 7)).with_direction("bwd_weight"), ["bwd_weight_gather"]),
 ])
 def test_kernels_offered(p, kernels):
     items = answer(p)
@@ -93,12 +97,10 @@ def test_kernels_offered(p, kernels):
     (problem(arch="sm_100"), CUDA, "wgmma exists on Hopper (9.x) only"),
     (problem(arch="sm_120"), CUDA, "compute capability 12.0"),
     (problem(arch="gfx942"), CUDA, "not an NVIDIA GPU"),
-    (problem(input_size=(5, 5, 5)), CUDA, "3D convolutions"),
     (problem().with_direction("bwd_weight").replace(out_dtype="float32"), CUDA,
      "output gradient dtype float32 differs"),
     (problem(dtype="float32").with_direction("bwd_weight"), CUDA, "input dtype float32 is not supported"),
     (problem(layout="channels_first").with_direction("bwd_weight"), CUDA, "layout channels_first"),
-    (problem(input_size=(5, 5, 5)).with_direction("bwd_weight"), CUDA, "3D convolutions"),
     (problem(arch="sm_80").with_direction("bwd_weight"), CUDA, "below 9.0"),
     (problem(dtype="float32"), CUDA, "input dtype float32 is not supported"),
     (problem(dtype="float64"), CUDA, "input dtype float64"),
@@ -108,6 +110,14 @@ def test_kernels_offered(p, kernels):
 ])
 def test_declines_with_a_reason(p, device, words):
     assert words in declined(p, device)
+
+
+def test_3d_box_kernels_decline_naming_the_rank_5_box_they_would_need():
+    p = problem(input_size=(5, 6, 7))
+    for direction in ("fwd", "bwd_data", "bwd_weight"):
+        q = p if direction == "fwd" else p.with_direction(direction)
+        for entry in REGISTRY.for_direction(direction)[1:]:
+            assert "rank-5" in entry.issue(q), entry.name
 
 
 def test_sm_90a_is_hopper_too():

@@ -27,6 +27,8 @@ DTYPES = ("float16", "bfloat16")
 OUT_DTYPES = ("float16", "bfloat16", "float32")
 #: Directions with kernels.
 DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
+#: Spatial ranks the gathering kernels take (3D: NDHWC; the box kernels decline it through the registry).
+NDIMS = (1, 2, 3)
 
 
 def arch_issue(arch: str) -> str | None:
@@ -57,7 +59,7 @@ def decline_reason(problem: ConvProblem, device: torch.device) -> str | None:
         return reason
     if configs.table_for(problem.arch) is None:
         return f"no configuration table for {problem.arch} (tables: {', '.join(configs.table_names())})"
-    reason = declines.ndim_issue(problem)
+    reason = declines.ndim_issue(problem, NDIMS)
     if reason:
         return reason
     if problem.direction not in DIRECTIONS:

@@ -130,10 +130,8 @@ class DataGradRun(_Run):
 
     def __init__(self, problem: ConvProblem, plan: DataGradPlan) -> None:
         super().__init__(problem, plan)
-        self.forms = tuple((ph.taps_h, ph.taps_w, ph.plan.weight.c_pad) for ph in plan.phases)
-        stride, lead = problem.stride, (slice(None), slice(None))
-        self.zeros = tuple((*lead, *((slice(ph, None, stride[0]),) if problem.ndim == 2 else ()),
-                            slice(pw, None, stride[-1])) for ph, pw in plan.zero_phases)
+        self.forms = tuple(ph.form for ph in plan.phases)
+        self.zeros = tuple(zero_phase_index(problem, first) for first in plan.zero_phases)
 
     def make_sites(self, sms: int):
         from .sites import forward_site
@@ -154,6 +152,13 @@ class DataGradRun(_Run):
             for site, matrix in zip(self.sites(dy.device), matrices):
                 site(_by_role(forward.POINTERS, dict(a=dy, weight=matrix, bias=result, out=result)))
         return result
+
+
+def zero_phase_index(problem: ConvProblem, first: tuple[int, ...]) -> tuple[slice, ...]:
+    """The pixels of ``dx`` (``[N, C, *spatial]``) of the tap-less phase that starts at ``first`` (a 1D
+    problem's has a leading 0 for its height): every stride-th from there along each axis."""
+    axes = zip(first[len(first) - problem.ndim:], problem.stride)
+    return (slice(None), slice(None), *(slice(start, None, stride) for start, stride in axes))
 
 
 def dy_matrix(plan: WeightGradPlan, dy: torch.Tensor) -> torch.Tensor:

@@ -6,9 +6,10 @@ compile checks' jobs (:mod:`conv_gluon.aot`) and the README's kernel table (:met
 checked by ``tests/test_registry.py``). The data gradient runs the forward kernel once per stride phase, so its
 kernels take the forward's configuration families.
 
-Each direction's gathering kernel runs every problem the backend takes; the box kernels need TMA boxes to carry
-their input, and the kernels of a filter column (``*_rows_box``) a filter of 3 rows (``applies``: the reason,
-from :func:`conv_gluon.plans.kernel_issue` with the configuration the table picks).
+Each direction's gathering kernel runs every problem the backend takes, 3D (NDHWC) included; the box kernels need
+TMA boxes to carry their input (rank 4: 1D and 2D only), and the kernels of a filter column (``*_rows_box``) a
+filter of 3 rows (``applies``: the reason, from :func:`conv_gluon.plans.kernel_issue` with the configuration the
+table picks).
 """
 
 from __future__ import annotations
@@ -62,11 +63,12 @@ def _entry(name: str, family: str, direction: str, summary: str) -> KernelEntry:
 
 REGISTRY = Registry([
     _entry("fwd_gather", "fwd_gather", "fwd",
-           "forward, any 1D/2D geometry (stride, dilation, asymmetric padding, groups): a persistent implicit GEMM "
-           "whose producer partition (4 warps) gathers the input tile with `cp.async` (or through registers for "
-           "odd channel counts) while a warp-group consumer runs asynchronous `wgmma`"),
+           "forward, any 1D/2D/3D geometry (stride, dilation, asymmetric padding, groups): a persistent implicit "
+           "GEMM whose producer partition (4 warps) gathers the input tile with `cp.async` (or through registers for "
+           "odd channel counts) while a warp-group consumer runs asynchronous `wgmma`; 3D rows decode `(n, z, p, q)` "
+           "and the taps walk `(t, r, s)`"),
     _entry("fwd_box", "fwd_box", "fwd",
-           "forward at stride 1 with channels a multiple of 8: the input tile is a box of output pixels, loaded by "
+           "forward (1D/2D) at stride 1 with channels a multiple of 8: the input tile is a box of output pixels, loaded by "
            "TMA (padding and channel tails zero-filled by the hardware); one producer warp"),
     _entry("fwd_rows_box", "fwd_rows_box", "fwd",
            "the same for filters of 3 rows, a k-step per filter column: one tall box (the tile's box and the rows "
@@ -74,7 +76,8 @@ REGISTRY = Registry([
            "(42% fewer bytes from L2 than per-tap boxes at 256 x 128); two rings; 16-bit dense outputs stored by "
            "TMA from shared memory, overlapping the next tile"),
     _entry("bwd_data_gather", "fwd_gather", "bwd_data",
-           "data gradient, any 1D/2D geometry: the same kernel once per stride phase, on `dy` and the weight "
+           "data gradient, any 1D/2D/3D geometry: the same kernel once per stride phase (3D: depth x height x width "
+           "phases), on `dy` and the weight "
            "transposed per group and restricted to the phase's taps (exact taps, nothing masked away; tap-less "
            "phases zero-filled)"),
     _entry("bwd_data_box", "fwd_box", "bwd_data",
@@ -83,7 +86,7 @@ REGISTRY = Registry([
            "the same through `fwd_rows_box`, for 3-row filters at stride 1 along the height (every phase keeps the "
            "3 rows)"),
     _entry("bwd_weight_gather", "bwd_weight_gather", "bwd_weight",
-           "weight gradient, any 1D/2D geometry: per filter tap a GEMM (output x input channels) over the pixels; "
+           "weight gradient, any 1D/2D/3D geometry: per filter tap a GEMM (output x input channels) over the pixels; "
            "producer warps do the conv-to-GEMM addressing and the loads (`dy` rows by TMA, `x` gathered with "
            "`cp.async`), a consumer warpgroup only runs `wgmma` (`dy` as the transposed A operand); the pixels "
            "split into ranges whose float32 partials a second kernel sums in split order"),

@@ -39,18 +39,20 @@ def pack(w: torch.Tensor, c_pad: int) -> torch.Tensor:
 
 
 def pack_transposed(w: torch.Tensor, groups: int, taps_h: tuple[int, ...], taps_w: tuple[int, ...],
-                    k_pad: int) -> torch.Tensor:
-    """The weight of a data-gradient phase (``plan.Phase``): ``[K, C_g, R, S]`` (1D: ``[K, C_g, S]``) ->
-    ``[C, len(taps_h) * len(taps_w) * k_pad]``, row ``g * C_g + c``, columns tap-major (in the phase's tap
-    order) then the group's output channel ``k`` zero-padded to ``k_pad``: the phase convolves ``dy`` with the
-    weight transposed per group and restricted to its taps."""
+                    k_pad: int, taps_d: tuple[int, ...] = (0,)) -> torch.Tensor:
+    """The weight of a data-gradient phase (``plan.Phase``): ``[K, C_g, T, R, S]`` (2D: ``[K, C_g, R, S]``, 1D:
+    ``[K, C_g, S]``) -> ``[C, len(taps_d) * len(taps_h) * len(taps_w) * k_pad]``, row ``g * C_g + c``, columns
+    tap-major (in the phase's tap order, depth outermost) then the group's output channel ``k`` zero-padded to
+    ``k_pad``: the phase convolves ``dy`` with the weight transposed per group and restricted to its taps."""
     k_total, c = w.shape[:2]
-    w4 = w if w.dim() == 4 else w.unsqueeze(2)
+    w5 = w.reshape(k_total, c, *(1,) * (5 - w.dim()), *w.shape[2:])
     k = k_total // groups
-    sub = _pick_taps(_pick_taps(w4.reshape(groups, k, c, *w4.shape[2:]), 3, taps_h), 4, taps_w)
-    out = torch.zeros((groups, c, len(taps_h), len(taps_w), k_pad), dtype=w.dtype, device=w.device)
-    out[..., :k] = sub.permute(0, 2, 3, 4, 1)
-    return out.view(groups * c, len(taps_h) * len(taps_w) * k_pad)
+    sub = w5.reshape(groups, k, c, *w5.shape[2:])
+    for dim, taps in ((3, taps_d), (4, taps_h), (5, taps_w)):
+        sub = _pick_taps(sub, dim, taps)
+    out = torch.zeros((groups, c, len(taps_d), len(taps_h), len(taps_w), k_pad), dtype=w.dtype, device=w.device)
+    out[..., :k] = sub.permute(0, 2, 3, 4, 5, 1)
+    return out.view(groups * c, len(taps_d) * len(taps_h) * len(taps_w) * k_pad)
 
 
 def _pick_taps(t: torch.Tensor, dim: int, taps: tuple[int, ...]) -> torch.Tensor:
@@ -102,9 +104,9 @@ def descriptor_base(w: torch.Tensor, spec: WeightMatrix, strides: tuple[int, ...
     return cache.get(w, lambda: pack(w, spec.c_pad), form=("fwd", spec.c_pad))
 
 
-def phase_matrices(w: torch.Tensor, groups: int, phases: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...],
+def phase_matrices(w: torch.Tensor, groups: int, phases: tuple[tuple, ...],
                    cache: DerivedWeightCache = PACK_CACHE) -> tuple[torch.Tensor, ...]:
-    """The data gradient's weight matrices, one per phase ``(taps_h, taps_w, k_pad)`` (:func:`pack_transposed`),
+    """The data gradient's weight matrices, one per phase ``(taps_h, taps_w, k_pad, taps_d)`` (:func:`pack_transposed`),
     cached as one entry (one look-up per call)."""
     return cache.get(w, lambda: tuple(pack_transposed(w, groups, *phase) for phase in phases),
                      form=("bwd_data", groups, phases))

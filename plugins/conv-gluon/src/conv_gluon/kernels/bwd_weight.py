@@ -73,6 +73,7 @@ from .compat import tma_load
 from .pipeline import (
     accumulator_layout,
     acquire_stage,
+    depth_offsets,
     drain_mma,
     gather_into,
     gather_layout,
@@ -91,16 +92,19 @@ NO_ACTIVATION = gl.constexpr(ACTIVATIONS[""])
 
 
 @gluon.jit
-def unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M: gl.constexpr):
-    """``(split, group, tap, pid_m, pid_n)`` of unit ``unit`` (the twin of ``tiling.unit_coords``): the
-    forward's banded tile order, with (split, group, tap) in the role of its group, split outermost. With
-    ``ROWS = 3`` the ``TAPS`` units per tile are the filter's columns, and ``tap`` is the column ``s``."""
+def unit_coords(unit, TAPS, T, GROUPS, TILES_M, TILES_N, GROUP_M: gl.constexpr):
+    """``(split, group, t, tap, pid_m, pid_n)`` of unit ``unit`` (the twin of ``tiling.unit_coords``, whose tap
+    is ``t * TAPS + tap``): the forward's banded tile order, with (split, group, depth tap ``t``, tap) in the
+    role of its group, split outermost. With ``ROWS = 3`` the ``TAPS`` units per tile are the filter's columns,
+    and ``tap`` is the column ``s``. Below 3D ``T`` is 1, a constant: ``t`` folds to 0."""
     outer, pid_m, pid_n = tile_coords(unit, TILES_M, TILES_N, GROUP_M)
-    rest = outer // TAPS
-    tap = outer - rest * TAPS
+    deep = outer // TAPS
+    tap = outer - deep * TAPS
+    rest = deep // T
+    t = deep - rest * T
     split = rest // GROUPS
     g = rest - split * GROUPS
-    return split, g, tap, pid_m, pid_n
+    return split, g, t, tap, pid_m, pid_n
 
 
 @gluon.jit
@@ -111,7 +115,7 @@ def split_steps(split, STEPS, SPLIT_STEPS):
 
 
 @gluon.jit
-def _consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, GROUPS, OUT_ROW, OUT_TAP,
+def _consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, T, GROUPS, OUT_ROW, OUT_TAP,
               SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
               X_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               GROUP_M: gl.constexpr, STAGE_OUT: gl.constexpr, TMA_STORE: gl.constexpr, num_warps: gl.constexpr):
@@ -120,7 +124,7 @@ def _consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G
     cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))
     step = 0
     for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
-        split, g, tap, pid_m, pid_n = unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M)
+        split, g, t, tap, pid_m, pid_n = unit_coords(unit, TAPS, T, GROUPS, TILES_M, TILES_N, GROUP_M)
         _, n_steps = split_steps(split, STEPS, SPLIT_STEPS)
         # a fresh accumulator and use_acc=True throughout, as in the forward (a first use_acc=False on the
         # previous unit's registers made ptxas serialize the wgmmas)
@@ -141,8 +145,8 @@ def _consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G
             step += 1
         acc = drain_mma(acc, empty, prev)
 
-        _store_unit_tile(acc, out_buf, out_ptr, out_desc, split, g, tap, pid_m * BLOCK_M, pid_n * BLOCK_N, rows,
-                         cols, K_G, OUT_ROW, OUT_TAP, SPLIT_STRIDE, STAGE_OUT, TMA_STORE)
+        _store_unit_tile(acc, out_buf, out_ptr, out_desc, split, g, t * TAPS + tap, pid_m * BLOCK_M, pid_n * BLOCK_N,
+                         rows, cols, K_G, OUT_ROW, OUT_TAP, SPLIT_STRIDE, STAGE_OUT, TMA_STORE)
     if TMA_STORE:
         tma.store_wait(0)
 
@@ -199,7 +203,7 @@ def _rows_consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G
     cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, acc_layout))
     step = 0
     for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
-        split, g, column, pid_m, pid_n = unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M)
+        split, g, _, column, pid_m, pid_n = unit_coords(unit, TAPS, 1, GROUPS, TILES_M, TILES_N, GROUP_M)
         _, n_steps = split_steps(split, STEPS, SPLIT_STEPS)
         acc0 = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         acc1 = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
@@ -233,17 +237,21 @@ def _rows_consumer(a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G
 
 @gluon.jit
 def _gather_producer(dy_desc, x_ptr, a_bufs, b_bufs, ready, empty,
-                     J, P, Q, H, W, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-                     sx_n, sx_h, sx_w, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
+                     J, Z, P, Q, D, H, W, C_G, K_G, T, S, TAPS, GROUPS, DY_GROUP, STRIDE_D, STRIDE_H, STRIDE_W, PAD_H,
+                     PAD_W, DIL_D, DIL_H, DIL_W, sx_n, sx_d, sx_h, sx_w, TILES_M, TILES_N, NUM_UNITS, STEPS,
+                     SPLIT_STEPS,
                      X_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                     GROUP_M: gl.constexpr, VEC: gl.constexpr, EVEN_C: gl.constexpr):
+                     GROUP_M: gl.constexpr, VEC: gl.constexpr, EVEN_C: gl.constexpr, PAD_D: gl.constexpr):
+    """The gathering producer: per unit, its tap ``(t, r, s)``; per k-step the ``dy`` rows by TMA and the
+    ``x`` pixels they read through the tap, decoded into ``(image, z, p, q)`` and gathered under each axis's
+    bound."""
     layout: gl.constexpr = gather_layout(BLOCK_K, BLOCK_N, VEC, gl.num_warps())
     rows = gl.arange(0, BLOCK_K, gl.SliceLayout(1, layout))
     cols = gl.arange(0, BLOCK_N, gl.SliceLayout(0, layout))
     c_vecs = C_G // VEC
     step = 0
     for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
-        split, g, tap, pid_m, pid_n = unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M)
+        split, g, t, tap, pid_m, pid_n = unit_coords(unit, TAPS, T, GROUPS, TILES_M, TILES_N, GROUP_M)
         r = tap // S
         dh = r * DIL_H - PAD_H  # the tap's offset from an output pixel's top-left input pixel
         dw = (tap - r * S) * DIL_W - PAD_W
@@ -253,9 +261,9 @@ def _gather_producer(dy_desc, x_ptr, a_bufs, b_bufs, ready, empty,
         for kk in range(n_steps):
             j0 = (k0 + kk) * BLOCK_K
             j = j0 + rows
-            img, p, q = pixel_coords(j, P, Q)
-            off, ok = tap_offsets(img * sx_n + g * C_G, p * STRIDE_H + dh, q * STRIDE_W + dw, j < J, H, W,
-                                  sx_h, sx_w, VEC)
+            img, z, p, q = pixel_coords(j, Z, P, Q)
+            base, d_ok = depth_offsets(img * sx_n + g * C_G, z, t, j < J, D, STRIDE_D, PAD_D, DIL_D, sx_d)
+            off, ok = tap_offsets(base, p * STRIDE_H + dh, q * STRIDE_W + dw, d_ok, H, W, sx_h, sx_w, VEC)
             mask = tile_mask(ok, c, c_vecs, VEC, EVEN_C)
             stage = acquire_stage(empty, step)
             # the consumer's wgmma (async proxy) read this stage; our copies write it (generic proxy)
@@ -277,7 +285,7 @@ def _box_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
     nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_boxes * x_desc.block_type.nbytes
     step = 0
     for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
-        split, g, tap, pid_m, pid_n = unit_coords(unit, TAPS, GROUPS, TILES_M, TILES_N, GROUP_M)
+        split, g, _, tap, pid_m, pid_n = unit_coords(unit, TAPS, 1, GROUPS, TILES_M, TILES_N, GROUP_M)
         row = tap // S
         dh = row * ROWS * DIL_H - PAD_H  # the unit's first filter row (ROWS = 3: row 0)
         dw = (tap - row * S) * DIL_W - PAD_W
@@ -305,17 +313,17 @@ def _box_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
 
 
 #: The arguments that change with the batch or the image size: not specialised on (``fwd.SHAPE_ARGUMENTS``
-#: says why), so a new batch or image size reuses the compiled kernel.
-SHAPE_ARGUMENTS = ("J", "P", "Q", "H", "W", "sx_n", "sx_h", "NUM_UNITS", "STEPS", "SPLIT_STEPS", "TILES_Q",
+#: says why), so a new batch or image size reuses the compiled kernel; the depths ``Z`` and ``D`` are specialised,
+#: as the forward's.
+SHAPE_ARGUMENTS = ("J", "P", "Q", "H", "W", "sx_n", "sx_d", "sx_h", "NUM_UNITS", "STEPS", "SPLIT_STEPS", "TILES_Q",
                    "TILES_IMG")
 
 
 @gluon.jit(do_not_specialize=SHAPE_ARGUMENTS)
 def conv_bwd_weight(dy_desc, x, out_ptr, out_desc,
-                    J, P, Q, H, W, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-                    sx_n, sx_h, sx_w, OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS,
-                    SPLIT_STEPS,
-                    TILES_Q, TILES_IMG,
+                    J, Z, P, Q, D, H, W, C_G, K_G, T, S, TAPS, GROUPS, DY_GROUP, STRIDE_D, STRIDE_H, STRIDE_W, PAD_H,
+                    PAD_W, DIL_D, DIL_H, DIL_W, sx_n, sx_d, sx_h, sx_w, OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M,
+                    TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG, PAD_D: gl.constexpr,
                     X_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                     STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
                     VEC: gl.constexpr, EVEN_C: gl.constexpr, STAGE_OUT: gl.constexpr, ROWS: gl.constexpr,
@@ -329,7 +337,9 @@ def conv_bwd_weight(dy_desc, x, out_ptr, out_desc,
     ``ROWS``: 1, or 3 for units of a whole filter column (``tma_box`` only: two ``x`` boxes per step, and
     ``ROW_DIL = DIL_H`` as a constant); ``TAPS`` counts the units per tile: taps, or columns. ``out_desc``: with
     ``TMA_STORE``, the descriptor of ``out_ptr``'s tensor as ``[splits, K, taps, OUT_TAP]`` with ``[1, BLOCK_M,
-    1, BLOCK_N]`` boxes, the epilogue's TMA copies (else ``out_ptr`` again, unused)."""
+    1, BLOCK_N]`` boxes, the epilogue's TMA copies (else ``out_ptr`` again, unused). 3D (gathering modes): pixels
+    ``(image, z, p, q)`` (``J = N Z P Q``), input planes ``sx_d`` apart, ``T`` depth taps of ``TAPS`` units per
+    tile each, stored at taps ``t * TAPS + tap``; below 3D ``Z = D = T = 1`` and ``PAD_D = 0``."""
     dtype: gl.constexpr = dy_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + dy_desc.block_type.shape, dy_desc.layout)
     if X_MODE == TMA_BOX:
@@ -359,22 +369,22 @@ def conv_bwd_weight(dy_desc, x, out_ptr, out_desc,
     elif X_MODE == TMA_BOX:
         gl.static_assert(ROWS == 1, "ROWS is 1 or 3")
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, GROUPS, OUT_ROW,
-                         OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M,
-                         BLOCK_N, BLOCK_K, GROUP_M, STAGE_OUT, TMA_STORE, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, T, GROUPS,
+                         OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGE_OUT, TMA_STORE, num_warps)),
             (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H,
                              PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG,
                              BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M, ROWS)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, GROUPS, OUT_ROW,
-                         OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M,
-                         BLOCK_N, BLOCK_K, GROUP_M, STAGE_OUT, TMA_STORE, num_warps)),
-            (_gather_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, J, P, Q, H, W, C_G, K_G, S, TAPS,
-                                GROUPS, DY_GROUP, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sx_n, sx_h, sx_w,
-                                TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE, BLOCK_M, BLOCK_N, BLOCK_K,
-                                GROUP_M, VEC, EVEN_C)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, T, GROUPS,
+                         OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE,
+                         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGE_OUT, TMA_STORE, num_warps)),
+            (_gather_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, J, Z, P, Q, D, H, W, C_G, K_G, T, S,
+                                TAPS, GROUPS, DY_GROUP, STRIDE_D, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_D, DIL_H,
+                                DIL_W, sx_n, sx_d, sx_h, sx_w, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE,
+                                BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, EVEN_C, PAD_D)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
     retire_ring(ready, empty)

@@ -66,6 +66,7 @@ from .compat import tma_load
 from .pipeline import (
     accumulator_layout,
     acquire_stage,
+    depth_offsets,
     drain_mma,
     gather_into,
     gather_layout,
@@ -120,17 +121,17 @@ def _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H: gl.constexpr, BOX_W: gl.conste
 
 
 @gluon.jit
-def _output_offsets(img, p, q, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS):
-    """Offsets (elements) of output pixels ``(img, p, q)``: their pixel index times ``Y_CHANNELS``. The pixel
+def _output_offsets(img, z, p, q, sy_n, sy_d, sy_h, sy_w, Y_START, Y_CHANNELS):
+    """Offsets (elements) of output pixels ``(img, z, p, q)``: their pixel index times ``Y_CHANNELS``. The pixel
     strides change with the image size and are not specialised on; ``Y_CHANNELS`` is, so Triton sees rows start
     on multiples of 16 elements wherever the channel count is one (paired 16-bit stores)."""
-    return (Y_START + img * sy_n + p * sy_h + q * sy_w) * Y_CHANNELS
+    return (Y_START + img * sy_n + z * sy_d + p * sy_h + q * sy_w) * Y_CHANNELS
 
 
 @gluon.jit
 def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
-              M, P, Q, K_G, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, K_STEPS, TILES_M, TILES_N, NUM_TILES, TILES_Q,
-              TILES_IMG,
+              M, Z, P, Q, K_G, sy_n, sy_d, sy_h, sy_w, Y_START, Y_CHANNELS, K_STEPS, TILES_M, TILES_N, NUM_TILES,
+              TILES_Q, TILES_IMG,
               A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               BOX_H: gl.constexpr, BOX_W: gl.constexpr, GROUP_M: gl.constexpr, HAS_BIAS: gl.constexpr,
               ACTIVATION: gl.constexpr, STAGE_OUT: gl.constexpr, num_warps: gl.constexpr):
@@ -158,13 +159,14 @@ def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
             step += 1
         acc = drain_mma(acc, empty, prev)
 
-        if A_MODE == TMA_BOX:
+        if A_MODE == TMA_BOX:  # (2D only: one plane)
             img, p, q, row_ok = _box_pixels(pid_m, rows, P, Q, TILES_Q, TILES_IMG, BOX_H, BOX_W)
+            z = 0
         else:
             m = pid_m * BLOCK_M + rows
             row_ok = m < M
-            img, p, q = pixel_coords(m, P, Q)
-        row_off = _output_offsets(img, p, q, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS)
+            img, z, p, q = pixel_coords(m, Z, P, Q)
+        row_off = _output_offsets(img, z, p, q, sy_n, sy_d, sy_h, sy_w, Y_START, Y_CHANNELS)
         store_tile(acc, y_ptr + (g * K_G + n0), row_off, row_ok, cols, K_G - n0, ACTIVATION, STAGE_OUT)
 
 
@@ -221,7 +223,7 @@ def _rows_consumer(a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, 
             store_tile_tma(acc, y_desc, out_buf, [img, p0, q0, g * K_G + n0], ACTIVATION)
         else:
             img, p, q, row_ok = _box_pixels(pid_m, rows, P, Q, TILES_Q, TILES_IMG, BOX_H, BOX_W)
-            row_off = _output_offsets(img, p, q, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS)
+            row_off = _output_offsets(img, 0, p, q, sy_n, 0, sy_h, sy_w, Y_START, Y_CHANNELS)
             store_tile(acc, y_ptr + (g * K_G + n0), row_off, row_ok, cols, K_G - n0, ACTIVATION, STAGE_OUT)
     if TMA_STORE:
         tma.store_wait(0)
@@ -229,10 +231,13 @@ def _rows_consumer(a_bufs, b_bufs, a_ready, a_empty, b_ready, b_empty, out_buf, 
 
 @gluon.jit
 def _gather_producer(x_ptr, w_desc, a_bufs, b_bufs, ready, empty,
-                     M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-                     sx_n, sx_h, sx_w, TILES_M, TILES_N, NUM_TILES,
+                     M, Z, P, Q, D, H, W, C_G, K_G, T, S, TAPS, NCB, STRIDE_D, STRIDE_H, STRIDE_W, PAD_H, PAD_W,
+                     DIL_D, DIL_H, DIL_W, sx_n, sx_d, sx_h, sx_w, TILES_M, TILES_N, NUM_TILES,
                      A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                     GROUP_M: gl.constexpr, VEC: gl.constexpr, EVEN_C: gl.constexpr):
+                     GROUP_M: gl.constexpr, VEC: gl.constexpr, EVEN_C: gl.constexpr, PAD_D: gl.constexpr):
+    """The gathering producer: per tile, its pixels decoded once into ``(image, z, p, q)``; per k-step (depth
+    tap ``t``, then tap ``(r, s)`` of the plane, then channel block) the masked gather of the shifted pixels
+    and the TMA load of the step's weight tile (column ``(t * TAPS + tap) * NCB + cb`` blocks in)."""
     layout: gl.constexpr = gather_layout(BLOCK_M, BLOCK_K, VEC, gl.num_warps())
     rows = gl.arange(0, BLOCK_M, gl.SliceLayout(1, layout))
     cols = gl.arange(0, BLOCK_K, gl.SliceLayout(0, layout))
@@ -242,27 +247,29 @@ def _gather_producer(x_ptr, w_desc, a_bufs, b_bufs, ready, empty,
         g, pid_m, pid_n = tile_coords(tile, TILES_M, TILES_N, GROUP_M)
         m = pid_m * BLOCK_M + rows
         m_ok = m < M
-        img, p, q = pixel_coords(m, P, Q)
+        img, z, p, q = pixel_coords(m, Z, P, Q)
         h0 = p * STRIDE_H - PAD_H
         w0 = q * STRIDE_W - PAD_W
         base = img * sx_n + g * C_G
         w_row = g * K_G + pid_n * BLOCK_N
-        for tap in range(TAPS):
-            r = tap // S
-            h = h0 + r * DIL_H
-            w = w0 + (tap - r * S) * DIL_W
-            off, ok = tap_offsets(base, h, w, m_ok, H, W, sx_h, sx_w, VEC)
-            for cb in range(NCB):
-                stage = acquire_stage(empty, step)
-                # the consumer's wgmma (async proxy) read this stage; our copies write it (generic proxy)
-                fence_async_shared()
-                bar = ready.index(stage)
-                mbarrier.expect(bar, w_desc.block_type.nbytes)
-                tma_load(w_desc, [w_row, (tap * NCB + cb) * BLOCK_K], bar, b_bufs.index(stage))
-                c = cb * BLOCK_K + cols
-                mask = tile_mask(ok, c, c_vecs, VEC, EVEN_C)
-                gather_into(a_bufs.index(stage), x_ptr + off[:, None] + c[None, :], mask, bar, A_MODE)
-                step += 1
+        for t in range(T):
+            plane, d_ok = depth_offsets(base, z, t, m_ok, D, STRIDE_D, PAD_D, DIL_D, sx_d)
+            for tap in range(TAPS):
+                r = tap // S
+                h = h0 + r * DIL_H
+                w = w0 + (tap - r * S) * DIL_W
+                off, ok = tap_offsets(plane, h, w, d_ok, H, W, sx_h, sx_w, VEC)
+                for cb in range(NCB):
+                    stage = acquire_stage(empty, step)
+                    # the consumer's wgmma (async proxy) read this stage; our copies write it (generic proxy)
+                    fence_async_shared()
+                    bar = ready.index(stage)
+                    mbarrier.expect(bar, w_desc.block_type.nbytes)
+                    tma_load(w_desc, [w_row, ((t * TAPS + tap) * NCB + cb) * BLOCK_K], bar, b_bufs.index(stage))
+                    c = cb * BLOCK_K + cols
+                    mask = tile_mask(ok, c, c_vecs, VEC, EVEN_C)
+                    gather_into(a_bufs.index(stage), x_ptr + off[:, None] + c[None, :], mask, bar, A_MODE)
+                    step += 1
 
 
 @gluon.jit
@@ -331,17 +338,20 @@ def _rows_producer(x_desc, x_hi_desc, w_desc, a_bufs, b_bufs, a_ready, a_empty, 
 #: The arguments that change with the batch or the image size. Triton's JIT would specialise on their values
 #: (a 1 compiled in, a multiple of 16 marked divisible), so each new batch or image size could compile the
 #: kernel again; nothing the code needs depends on them (the gathers' alignment comes from ``VEC``, the
-#: output's from ``Y_CHANNELS``), so they stay plain integers.
-SHAPE_ARGUMENTS = ("M", "P", "Q", "H", "W", "sx_n", "sx_h", "sy_n", "sy_h", "Y_START", "TILES_M", "NUM_TILES",
-                   "TILES_Q", "TILES_IMG")
+#: output's from ``Y_CHANNELS``), so they stay plain integers. The depths ``Z`` and ``D`` are specialised: below
+#: 3D they are 1, constants that fold the depth axis away (``pipeline.pixel_coords``, ``pipeline.depth_offsets``);
+#: a 3D problem compiles again only where its depth crosses 1 or a multiple of 16.
+SHAPE_ARGUMENTS = ("M", "P", "Q", "H", "W", "sx_n", "sx_d", "sx_h", "sy_n", "sy_d", "sy_h", "Y_START", "TILES_M",
+                   "NUM_TILES", "TILES_Q", "TILES_IMG")
 
 
 @gluon.jit(do_not_specialize=SHAPE_ARGUMENTS)
 def conv_fwd(x, x_hi, w_desc, bias_ptr, y_ptr, y_desc,
-             M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-             sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
-             A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-             STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
+             M, Z, P, Q, D, H, W, C_G, K_G, T, S, TAPS, NCB, STRIDE_D, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_D, DIL_H,
+             DIL_W, sx_n, sx_d, sx_h, sx_w, sy_n, sy_d, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M, TILES_N, NUM_TILES,
+             TILES_Q, TILES_IMG, PAD_D: gl.constexpr, A_MODE: gl.constexpr, BLOCK_M: gl.constexpr,
+             BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+             BOX_H: gl.constexpr, BOX_W: gl.constexpr,
              VEC: gl.constexpr, EVEN_C: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
              STAGE_OUT: gl.constexpr, ROWS: gl.constexpr, ROW_DIL: gl.constexpr, HALO_H: gl.constexpr,
              A_STAGES: gl.constexpr, TMA_STORE: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
@@ -353,6 +363,9 @@ def conv_fwd(x, x_hi, w_desc, bias_ptr, y_ptr, y_desc,
     ``HAS_BIAS`` is false); ``y_ptr``: the output, channels contiguous, ``Y_CHANNELS`` elements a pixel; output
     pixel ``(image, p, q)`` is its pixel ``Y_START + image * sy_n + p * sy_h + q * sy_w`` (strides in pixels);
     ``y_desc``: with ``TMA_STORE``, its descriptor with the tile's box (else ``y_ptr`` again, unused).
+    3D (gathering modes): output pixels ``(image, z, p, q)``, ``Z`` planes of ``P x Q`` (``M = N Z P Q``), output
+    pixel offset ``z * sy_d`` more; the input ``D`` planes ``sx_d`` apart; ``T`` depth taps of ``TAPS`` each
+    (the weight's columns ``(t, r, s)``-major); below 3D ``Z = D = T = 1`` and ``PAD_D = 0``.
     ``ROWS = 3``: ``STAGES`` weight tiles and ``A_STAGES`` tall input boxes in two rings."""
     dtype: gl.constexpr = w_desc.dtype
     if ROWS == 3:
@@ -380,19 +393,20 @@ def conv_fwd(x, x_hi, w_desc, bias_ptr, y_ptr, y_desc,
         retire_ring(b_ready, b_empty)
     else:
         gl.static_assert(ROWS == 1, "ROWS is 1 or 3")
-        _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr, M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W,
-                       PAD_H, PAD_W, DIL_H, DIL_W, sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M,
-                       TILES_N, NUM_TILES, TILES_Q, TILES_IMG, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M,
-                       BOX_H, BOX_W, VEC, EVEN_C, HAS_BIAS, ACTIVATION, STAGE_OUT, PRODUCER_WARPS, PRODUCER_REGS,
-                       num_warps)
+        _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr, M, Z, P, Q, D, H, W, C_G, K_G, T, S, TAPS, NCB, STRIDE_D,
+                       STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W, sx_n, sx_d, sx_h, sx_w, sy_n, sy_d, sy_h,
+                       sy_w, Y_START, Y_CHANNELS, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, PAD_D, A_MODE,
+                       BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, BOX_H, BOX_W, VEC, EVEN_C, HAS_BIAS, ACTIVATION,
+                       STAGE_OUT, PRODUCER_WARPS, PRODUCER_REGS, num_warps)
 
 
 @gluon.jit
 def _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr,
-                   M, P, Q, H, W, C_G, K_G, S, TAPS, NCB, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W,
-                   sx_n, sx_h, sx_w, sy_n, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M, TILES_N, NUM_TILES, TILES_Q,
-                   TILES_IMG, A_MODE: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                   STAGES: gl.constexpr, GROUP_M: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
+                   M, Z, P, Q, D, H, W, C_G, K_G, T, S, TAPS, NCB, STRIDE_D, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_D,
+                   DIL_H, DIL_W, sx_n, sx_d, sx_h, sx_w, sy_n, sy_d, sy_h, sy_w, Y_START, Y_CHANNELS, TILES_M, TILES_N,
+                   NUM_TILES, TILES_Q, TILES_IMG, PAD_D: gl.constexpr, A_MODE: gl.constexpr, BLOCK_M: gl.constexpr,
+                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                   BOX_H: gl.constexpr, BOX_W: gl.constexpr,
                    VEC: gl.constexpr, EVEN_C: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
                    STAGE_OUT: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                    num_warps: gl.constexpr):
@@ -409,21 +423,24 @@ def _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr,
     # (the argument tuples are written inline: a tuple assigned to a variable turns constexprs into tensors)
     if A_MODE == TMA_BOX:
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr, M, P, Q, K_G, sy_n, sy_h, sy_w, Y_START,
-                         Y_CHANNELS, TAPS * NCB, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, A_MODE, BLOCK_M,
-                         BLOCK_N, BLOCK_K, BOX_H, BOX_W, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT, num_warps)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr, M, Z, P, Q, K_G, sy_n, sy_d, sy_h, sy_w,
+                         Y_START, Y_CHANNELS, T * TAPS * NCB, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
+                         A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, BOX_H, BOX_W, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT,
+                         num_warps)),
             (_box_producer, (x, w_desc, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, NCB, PAD_H, PAD_W, DIL_H,
                              DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, BLOCK_N, BLOCK_K, BOX_H, BOX_W,
                              GROUP_M)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr, M, P, Q, K_G, sy_n, sy_h, sy_w, Y_START,
-                         Y_CHANNELS, TAPS * NCB, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, A_MODE, BLOCK_M,
-                         BLOCK_N, BLOCK_K, BOX_H, BOX_W, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT, num_warps)),
-            (_gather_producer, (x, w_desc, a_bufs, b_bufs, ready, empty, M, P, Q, H, W, C_G, K_G, S, TAPS, NCB,
-                                STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_H, DIL_W, sx_n, sx_h, sx_w, TILES_M, TILES_N,
-                                NUM_TILES, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC, EVEN_C)),
+            (_consumer, (a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr, M, Z, P, Q, K_G, sy_n, sy_d, sy_h, sy_w,
+                         Y_START, Y_CHANNELS, T * TAPS * NCB, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
+                         A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, BOX_H, BOX_W, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT,
+                         num_warps)),
+            (_gather_producer, (x, w_desc, a_bufs, b_bufs, ready, empty, M, Z, P, Q, D, H, W, C_G, K_G, T, S, TAPS,
+                                NCB, STRIDE_D, STRIDE_H, STRIDE_W, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W, sx_n, sx_d,
+                                sx_h, sx_w, TILES_M, TILES_N, NUM_TILES, A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                                VEC, EVEN_C, PAD_D)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
     retire_ring(ready, empty)

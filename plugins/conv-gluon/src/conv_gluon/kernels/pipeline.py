@@ -138,13 +138,25 @@ def drain_mma(acc, empty, prev):
 
 
 @gluon.jit
-def pixel_coords(m, P, Q):
-    """``(image, p, q)`` of flattened output pixels ``m`` (``m = (image * P + p) * Q + q``)."""
+def pixel_coords(m, Z, P, Q):
+    """``(image, z, p, q)`` of flattened output pixels ``m`` (``m = ((image * Z + z) * P + p) * Q + q``). Below 3D
+    ``Z`` is 1, a constant to the JIT: ``z`` folds to 0 and the decode is the 2D one."""
     q = m % Q
-    img_p = m // Q
-    p = img_p % P
-    img = img_p // P
-    return img, p, q
+    plane_p = m // Q
+    p = plane_p % P
+    plane = plane_p // P
+    z = plane % Z
+    img = plane // Z
+    return img, z, p, q
+
+
+@gluon.jit
+def depth_offsets(base, z, t, ok, D, STRIDE_D, PAD_D: gl.constexpr, DIL_D, sx_d):
+    """Each row's offset of its input plane ``d = z * STRIDE_D - PAD_D + t * DIL_D`` (depth tap ``t``) from
+    ``base``, and ``ok`` narrowed to the rows whose plane is inside the volume. Below 3D ``z`` and ``t`` are 0,
+    ``D`` is 1 and ``PAD_D`` 0, all constants: the offset and the bound fold away."""
+    d = z * STRIDE_D - PAD_D + t * DIL_D
+    return base + d * sx_d, ok & (d >= 0) & (d < D)
 
 
 @gluon.jit

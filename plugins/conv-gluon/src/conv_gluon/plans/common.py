@@ -14,6 +14,7 @@ from conv_core.problem import ConvProblem, element_size
 
 from .. import tiling
 from ..configs import ArchTable, TileConfig
+from ..depth import plane_of, taps
 
 #: Filter rows of the kernels whose k-steps take a whole filter column, its taps sharing one input box (the
 #: ``*_rows_box`` kernels: the forward's tall box, the data gradient at stride 1, the weight gradient's units).
@@ -80,14 +81,19 @@ def int32_issue(problem: ConvProblem, config: TileConfig | None = None) -> str |
     by the table's ``max_workspace_mb``, within 32-bit offsets.)"""
     if problem.direction == "bwd_weight":
         return declines.int32_issue(problem, ("padded output gradient",
-                                              Geometry.of(problem).pixels * dy_channels(problem)))
-    if config is not None and problem.ndim in (1, 2):
+                                              plane_of(problem).pixels * dy_channels(problem)))
+    if config is not None:
         return declines.int32_issue(problem, ("padded weight", weight_matrix(problem, config).numel))
     return declines.int32_issue(problem)
 
 
 def box_issue(problem: ConvProblem, config: TileConfig) -> str | None:
-    """Why the input cannot come as TMA boxes (``fwd_box``, ``bwd_data_box``), or None."""
+    """Why the input cannot come as TMA boxes (``fwd_box``, ``bwd_data_box``, ``bwd_weight_box``), or None."""
+    if problem.ndim == 3:
+        return ("3D: the box kernels load rank-4 TMA boxes [1, BOX_H, BOX_W, C] of an N, H, W, C tensor; 3D would "
+                "need rank-5 descriptors over N, D, H, W, C, boxes [1, 1, BOX_H, BOX_W, C] of one plane at a depth "
+                "coordinate per tap, and box tiles per (image, output plane); not written yet (the gathering "
+                "kernels run 3D)")
     g = Geometry.of(problem)
     if problem.direction == "bwd_data":  # every phase is a stride-1 convolution of dy (output channels)
         return _box_issue(Geometry(g.batch, g.groups, g.cout, g.cin, g.p, g.q, g.h, g.w, g.r, g.s, (1, 1), g.pad,
@@ -172,11 +178,11 @@ def check_kernel(problem: ConvProblem, direction: str, kernel: str, config: Tile
 
 def weight_matrix(problem: ConvProblem, config: TileConfig) -> WeightMatrix:
     """The forward kernel's weight matrix for ``problem`` (the data gradient: all its phases' together)."""
-    g = Geometry.of(problem)
+    g = plane_of(problem)
     if problem.direction == "bwd_data":
-        return WeightMatrix(problem.in_channels, g.taps, g.cout,
+        return WeightMatrix(problem.in_channels, taps(problem), g.cout,
                             tiling.channel_blocks(g.cout, config.block_k) * config.block_k)
-    return WeightMatrix(problem.out_channels, g.taps, g.cin,
+    return WeightMatrix(problem.out_channels, taps(problem), g.cin,
                         tiling.channel_blocks(g.cin, config.block_k) * config.block_k)
 
 

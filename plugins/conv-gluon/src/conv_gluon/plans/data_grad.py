@@ -1,4 +1,5 @@
-"""The data gradient: the forward kernel once per stride phase (:mod:`conv_core.kit.phases`)."""
+"""The data gradient: the forward kernel once per stride phase (:mod:`conv_core.kit.phases`; 3D: each depth phase
+of :func:`conv_core.kit.phases.phase_axis` with each phase of the ``(h, w)`` plane)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from conv_core.geometry import Geometry
-from conv_core.kit.phases import data_gradient_phases
+from conv_core.kit.phases import PhaseAxis, data_gradient_phases, phase_axis
 from conv_core.problem import ConvProblem, element_size
 
 from .. import tiling
 from ..configs import ArchTable, TileConfig
+from ..depth import Depth, depth_of, plane_of
 from .common import WeightMatrix, check_kernel, dense_pixel_strides
 from .forward import Plan, geometry_plan
 
@@ -18,22 +20,29 @@ from .forward import Plan, geometry_plan
 @dataclass(frozen=True)
 class Phase:
     """One stride phase of the data gradient: the forward launch that computes it (its output starts at
-    ``dx``'s pixel ``Y_START``) and its filter taps (rows and columns, in the launch's order)."""
+    ``dx``'s pixel ``Y_START``) and its filter taps (rows and columns, and 3D depths, in the launch's order)."""
 
     plan: Plan
     taps_h: tuple[int, ...]
     taps_w: tuple[int, ...]
+    taps_d: tuple[int, ...] = (0,)
+
+    @property
+    def form(self) -> tuple:
+        """The phase's weight matrix as :func:`conv_gluon.weights.pack_transposed` makes it (its arguments)."""
+        return self.taps_h, self.taps_w, self.plan.weight.c_pad, self.taps_d
 
 
 @dataclass(frozen=True)
 class DataGradPlan:
     """The data gradient as forward launches: one per stride phase with taps; the phases without taps (a
-    1x1 filter at stride 2: three of four) are zeros."""
+    1x1 filter at stride 2: three of four) are zeros, each given by its first ``dx`` pixel (2D: ``(h, w)``, 1D:
+    ``(0, w)``, 3D: ``(d, h, w)``)."""
 
     kernel: str
     config: TileConfig
     phases: tuple[Phase, ...]
-    zero_phases: tuple[tuple[int, int], ...]
+    zero_phases: tuple[tuple[int, ...], ...]
     dtype: str
     #: the problem's geometry (each phase's launch has its own)
     geometry: Geometry
@@ -55,25 +64,37 @@ def make_bwd_data_plan(problem: ConvProblem, kernel: str, config: TileConfig, ta
     Phase ``(ph, pw)`` computes ``dx[:, :, ph::stride_h, pw::stride_w]`` as a stride-1 forward convolution of
     ``dy`` (:meth:`conv_core.kit.phases.Phase.geometry`) with the weight transposed (input and output channels
     swapped per group) and restricted to the phase's taps in the phase's order; its output strides step over
-    the other phases' pixels. Nothing is masked away: each phase multiplies exactly its taps.
+    the other phases' pixels. Nothing is masked away: each phase multiplies exactly its taps. 3D: every depth
+    phase (:func:`depth_phases`) with every phase of the plane, the launch's depth axis the depth phase's.
     """
     check_kernel(problem, "bwd_data", kernel, config, tab)
-    g = Geometry.of(problem)
+    g, depth = plane_of(problem), depth_of(problem)
     c_total, k_total = problem.in_channels, problem.out_channels
     k_pad = tiling.channel_blocks(g.cout, config.block_k) * config.block_k
-    dx_n, dx_h, dx_w = dense_pixel_strides(g.h, g.w)
+    dx_d, dx_h, dx_w = dense_pixel_strides(g.h, g.w)
     phases, zeros = [], []
-    for phase in data_gradient_phases(g):
-        ph, pw = phase.rows, phase.cols
-        if not phase.has_taps:
-            zeros.append(phase.first)
-            continue
-        pg = phase.geometry(g)
-        weight = WeightMatrix(c_total, pg.taps, g.cout, k_pad)
-        p = geometry_plan(kernel.replace("bwd_data", "fwd"), pg, config, tab, dtype=problem.dtype,
-                          in_channels=k_total, out_channels=c_total, bias=False, activation=None,
-                          sy=(dx_n, g.stride[0] * dx_h, g.stride[1] * dx_w), weight=weight,
-                          y_start=ph.phase * dx_h + pw.phase * dx_w)
-        p = dataclasses.replace(p, kernel=kernel)
-        phases.append(Phase(p, ph.taps, pw.taps))
+    for pd in depth_phases(depth):
+        for phase in data_gradient_phases(g):
+            ph, pw = phase.rows, phase.cols
+            if not (pd.taps and phase.has_taps):
+                zeros.append((pd.phase, *phase.first) if problem.ndim == 3 else phase.first)
+                continue
+            # the phase's forward launch: dy's planes in, the depth phase's planes of dx out
+            pg = dataclasses.replace(phase.geometry(g), batch=problem.batch * pd.size)
+            launch_depth = Depth(depth.z, pd.size, len(pd.taps), 1, pd.pad, pd.dil)
+            weight = WeightMatrix(c_total, len(pd.taps) * pg.taps, g.cout, k_pad)
+            p = geometry_plan(kernel.replace("bwd_data", "fwd"), pg, config, tab, dtype=problem.dtype,
+                              in_channels=k_total, out_channels=c_total, bias=False, activation=None,
+                              sy=(depth.d * dx_d, g.stride[0] * dx_h, g.stride[1] * dx_w), weight=weight,
+                              y_start=pd.phase * dx_d + ph.phase * dx_h + pw.phase * dx_w, depth=launch_depth,
+                              sy_d=depth.stride * dx_d)
+            p = dataclasses.replace(p, kernel=kernel)
+            phases.append(Phase(p, ph.taps, pw.taps, pd.taps))
     return DataGradPlan(kernel, config, tuple(phases), tuple(zeros), problem.dtype, g)
+
+
+def depth_phases(depth: Depth) -> tuple[PhaseAxis, ...]:
+    """The depth axis's stride phases that have planes (:func:`conv_core.kit.phases.phase_axis`); below 3D one
+    phase of one plane and one tap."""
+    axes = (phase_axis(a, depth.d, depth.t, depth.stride, depth.pad, depth.dil) for a in range(depth.stride))
+    return tuple(axis for axis in axes if axis.size)
