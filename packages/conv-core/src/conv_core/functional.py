@@ -18,6 +18,8 @@ gradient of a convolution (:mod:`conv_core.transposed`, :mod:`conv_core.transpos
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from . import activations
@@ -197,10 +199,10 @@ def _new_transposed_route(ndim, input, weight, bias, stride, padding, output_pad
                              backend)
     may_time = not torch.cuda.is_current_stream_capturing() if input.is_cuda else True
     keep = cacheable(may_time, input.device)
-    if needs_grad and activation is not None and activation not in activations.DERIVATIVE_FROM_OUTPUT:
-        plain = TransposedArgs.of(ndim, stride, padding, output_padding, groups, dilation, None, out_dtype, backend)
+    if needs_grad and args.activation is not None and args.activation not in activations.DERIVATIVE_FROM_OUTPUT:
+        plain = dataclasses.replace(args, activation=None)
         route = build_transposed_route(plain, input, weight, bias, needs_grad, may_time)
-        return _Activated(route, activation, TransposedFunction), keep
+        return _Activated(route, args.activation, TransposedFunction), keep
     return build_transposed_route(args, input, weight, bias, needs_grad, may_time), keep
 
 
