@@ -36,6 +36,18 @@ def test_every_shipped_configuration_is_compiled_in_every_mode():
         assert {bw for _, bw in box_shapes} == set(tab.box_widths), mode  # every box width the table allows
 
 
+def test_3d_is_compiled_in_every_gathering_mode_of_every_direction():
+    """3D specializations (depth taps and bounds live, not folded) in each mode of the gathering kernels."""
+    third = [job for job in JOBS if "3d" in job.shape]
+    gathering = {mode for mode, (kernel, _) in aot.MODES.items() if kernel.endswith("_gather")}
+    assert {job.mode for job in third} == gathering
+    assert {job.kernel for job in third} == {"fwd_gather", "bwd_data_gather", "bwd_weight_gather"}
+    for job in third:
+        p = aot.job_plan(job)[1]
+        assert p.depth.t == 3 or job.kernel == "bwd_data_gather", job.id
+        assert dict(p.scalars)["Z"] > 1, job.id
+
+
 def test_forward_jobs_cover_both_epilogues_of_the_filter_columns():
     """``fwd_rows_box`` stores 16-bit dense outputs by TMA and the others from registers (or staged): both are
     compiled."""

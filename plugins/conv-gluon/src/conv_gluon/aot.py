@@ -25,8 +25,9 @@ bfloat16, and in float16 once with an output channel count that is not a multipl
 stages the tile through shared memory, and the ring may be shallower); a few geometries catch what the JIT
 specializes on (arguments equal to 1 become constants: stride 1, dilation 1, a 1D problem; no bias, no
 activation; a float32 output; every box shape) and the data gradient's phases (negative padding, an output
-that starts inside ``dx``). Arguments that change with the batch or the image size are compiled as the JIT
-takes them: plain integers (:mod:`conv_gluon.specialization`).
+that starts inside ``dx``), and 3D (NDHWC) in the gathering modes: the forward, a data-gradient phase at stride 2
+(a depth phase's negative padding) and the weight gradient (``*3d*`` shapes). Arguments that change with the batch
+or the image size are compiled as the JIT takes them: plain integers (:mod:`conv_gluon.specialization`).
 
 The weight gradient (``kernels/bwd_weight.py``) is compiled the same way for each of its configurations and
 ways of bringing ``x`` (``wgrad_*`` modes) on a split problem (float32 partial stores), in bfloat16 and
@@ -99,6 +100,9 @@ SHAPES = {
     "bwd-s2": dict(batch=2, input_size=(19, 18), filter_size=3, stride=2, padding=1, dilation=1),
     "bwd-s2-dil3": dict(batch=1, input_size=(17, 20), filter_size=(5, 3), stride=2, padding=(4, 1), dilation=(3, 1)),
     "bwd-s1-pad3": dict(batch=2, input_size=(12, 13), filter_size=3, stride=1, padding=3, dilation=1),
+    # 3D (gathering modes only): depth taps, a depth bound, and a data-gradient phase of a depth phase
+    "conv3d": dict(batch=2, input_size=(6, 10, 11), filter_size=3, stride=1, padding=1, dilation=1),
+    "bwd3d-s2": dict(batch=2, input_size=(7, 9, 8), filter_size=3, stride=2, padding=(2, 1, 1), dilation=1),
     # tma_box only: images whose best box is each width of the table (BOX_H x BOX_W are constexprs)
     **{f"box{bw}": dict(batch=2, input_size=(128 // bw, bw), filter_size=3, stride=1, padding=2, dilation=2)
        for bw in configs.table(TARGET).box_widths},  # (wide tiles skip some: box_widths_wide)
@@ -115,6 +119,7 @@ WGRAD_SHAPES = {
     "wg-conv1d": dict(batch=16, input_size=(900,), filter_size=5, stride=1, padding=2, dilation=1),
     "wg-groups2": dict(batch=16, input_size=(28, 28), filter_size=3, stride=1, padding=1, dilation=1, groups=2),
     "wg-1x1": dict(batch=32, input_size=(28, 28), filter_size=1, stride=1, padding=0, dilation=1),
+    "wg-conv3d": dict(batch=2, input_size=(8, 16, 16), filter_size=3, stride=(2, 1, 1), padding=1, dilation=1),
     **{f"wg-box{bw}": dict(batch=32, filter_size=3, stride=1, padding=1, dilation=1)
        for bw in configs.table(TARGET).box_widths},
 }

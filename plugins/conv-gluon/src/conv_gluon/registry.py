@@ -68,8 +68,8 @@ REGISTRY = Registry([
            "odd channel counts) while a warp-group consumer runs asynchronous `wgmma`; 3D rows decode `(n, z, p, q)` "
            "and the taps walk `(t, r, s)`"),
     _entry("fwd_box", "fwd_box", "fwd",
-           "forward (1D/2D) at stride 1 with channels a multiple of 8: the input tile is a box of output pixels, loaded by "
-           "TMA (padding and channel tails zero-filled by the hardware); one producer warp"),
+           "forward (1D/2D) at stride 1 with channels a multiple of 8: the input tile is a box of output pixels, "
+           "loaded by TMA (padding and channel tails zero-filled by the hardware); one producer warp"),
     _entry("fwd_rows_box", "fwd_rows_box", "fwd",
            "the same for filters of 3 rows, a k-step per filter column: one tall box (the tile's box and the rows "
            "below it) read by the column's three taps as views a row of taps apart, each against its weight tile "
