@@ -74,6 +74,16 @@ ISSUE_SHAPES = {
                                 filter_size=5, padding=2),
     "wgrad-k36-retina-bbox-b2": dict(direction="bwd_weight", batch=2, in_channels=256, out_channels=36,
                                      input_size=(25, 25), filter_size=3, padding=1),
+    # 3D (NDHWC, the gathering kernels): a video / 3D-VAE block, its stride-2 downsampling, a video stem
+    **{f"{prefix}c64-3x3x3-d8-b2": dict(direction=direction, batch=2, in_channels=64, out_channels=64,
+                                        input_size=(8, 28, 28), filter_size=3, padding=1)
+       for prefix, direction in (("", "fwd"), ("bwd-", "bwd_data"), ("wgrad-", "bwd_weight"))},
+    **{f"{prefix}c64-3x3x3-s2-d8-b2": dict(direction=direction, batch=2, in_channels=64, out_channels=64,
+                                           input_size=(8, 28, 28), filter_size=3, stride=2, padding=1)
+       for prefix, direction in (("", "fwd"), ("bwd-", "bwd_data"), ("wgrad-", "bwd_weight"))},
+    "video-stem-c3-3x7x7-s1x2x2-b2": dict(batch=2, in_channels=3, out_channels=64, input_size=(8, 56, 56),
+                                          filter_size=(3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3), bias=True,
+                                          activation="relu"),
 }
 
 #: The two large layers of the issue: name -> fields.
@@ -92,7 +102,8 @@ DETERMINISM_SHAPES = {**BIG_LAYERS, "c200-3x3-b128": ISSUE_SHAPES["c200-3x3-b128
                       "wgrad-retina-P3-b2": dict(direction="bwd_weight", batch=2, in_channels=256, out_channels=256,
                                                  input_size=(100, 100), filter_size=3, padding=1),
                       "wgrad-stem-c3-7x7-s2-b8": ISSUE_SHAPES["wgrad-stem-c3-7x7-s2-b8"],
-                      "wgrad-c200-3x3-b128": ISSUE_SHAPES["wgrad-c200-3x3-b128"]}
+                      "wgrad-c200-3x3-b128": ISSUE_SHAPES["wgrad-c200-3x3-b128"],
+                      "wgrad-c64-3x3x3-d8-b2": ISSUE_SHAPES["wgrad-c64-3x3x3-d8-b2"]}
 
 #: Suites benchmarked (name -> batch; None: the suite's own), forward.
 SUITES = {"sd_vae_decoder": None, "retinanet_head": None}

@@ -3,7 +3,8 @@
 
 - ``issue``: every candidate the backend offers on the issue's shapes (3, 40 and 200 channels, stride 2,
   dilation 2, 1x1 and 7x7 filters, batch 1 and 128, groups, 1D, float16, a float32 output, bias and
-  activations, output channels that are not multiples of 16; all three directions), each through the
+  activations, output channels that are not multiples of 16; 3D (NDHWC) blocks at stride 1 and 2 and a video
+  stem; all three directions), each through the
   conformance kit's ``check_candidate`` (poisoned ``out``, operands untouched, same bits twice, float64
   reference under the tolerance model);
 - ``configs``: every shipped configuration of every kernel forced onto a problem with partial tiles, checked
@@ -119,7 +120,7 @@ def _cudnn(problem: ConvProblem, x, w, b):
     pad = problem.symmetric_padding
     if pad is None:
         raise ValueError("cuDNN baseline needs symmetric padding")
-    conv = {1: F.conv1d, 2: F.conv2d}[problem.ndim]
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[problem.ndim]
     y = conv(x, w, b, problem.stride, pad, problem.dilation, problem.groups)
     return activations.apply(problem.activation, y)
 

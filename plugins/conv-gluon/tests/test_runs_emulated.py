@@ -65,6 +65,11 @@ CASES = {
     "bwd_data rows": (ConvProblem("bwd_data", 1, 24, 64, (10, 9), 3, 1, 1, 1), "bwd_data_rows_box"),
     "bwd_weight split, padded dy": (ConvProblem("bwd_weight", 4, 24, 36, (16, 16), 3, 1, 1, 1), "bwd_weight_gather"),
     "bwd_weight box, whole": (ConvProblem("bwd_weight", 1, 16, 24, (8, 8), 3, 1, 1, 1), "bwd_weight_box"),
+    "fwd 3D gather": (ConvProblem("fwd", 2, 8, 12, (4, 5, 6), 3, (2, 1, 1), 1, 1, bias=True), "fwd_gather"),
+    "bwd_data 3D stride 2, zeroed depth phases": (ConvProblem("bwd_data", 1, 16, 8, (5, 6, 5), (1, 3, 3), 2,
+                                                              (0, 1, 1), 1), "bwd_data_gather"),
+    "bwd_weight 3D split, padded dy": (ConvProblem("bwd_weight", 2, 16, 36, (4, 6, 6), 3, 1, 1, 1),
+                                       "bwd_weight_gather"),
 }
 
 
