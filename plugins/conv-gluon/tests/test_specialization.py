@@ -78,6 +78,11 @@ CASES = {
     "bwd_weight rows": (problem("bwd_weight", batch=8, bias=False, activation=None), "bwd_weight_rows_box"),
     "bwd_weight whole": (problem("bwd_weight", batch=1, input_size=(8, 8), bias=False, activation=None),
                          "bwd_weight_gather"),
+    "fwd 3D": (problem(input_size=(6, 16, 16)), "fwd_gather"),
+    "bwd_data 3D stride 2": (problem("bwd_data", input_size=(7, 16, 16), stride=2, bias=False, activation=None),
+                             "bwd_data_gather"),
+    "bwd_weight 3D split": (problem("bwd_weight", batch=4, input_size=(6, 16, 16), bias=False, activation=None),
+                            "bwd_weight_gather"),
 }
 
 
@@ -92,11 +97,14 @@ def test_the_compile_checks_specialize_as_the_jit(name):
 
 
 #: Problems that differ from the case's only in the batch or the image size (1D cases: their length). A box
-#: kernel's box follows the image (its shape is the tile's), so its image sizes are ones that keep the box.
+#: kernel's box follows the image (its shape is the tile's), so its image sizes are ones that keep the box. 3D
+#: depths are specialised (1 below 3D folds the depth axis away): their variants keep the input and output
+#: depths neither 1 nor multiples of 16, within which a new depth compiles nothing.
 BATCHES = [dict(batch=1), dict(batch=3), dict(batch=16), dict(batch=32)]
 IMAGES = {2: [dict(input_size=(48, 32)), dict(input_size=(96, 32)), dict(input_size=(16, 32))],
-          1: [dict(input_size=(61,))]}
-ODD_IMAGES = {2: [dict(input_size=(13, 17)), dict(input_size=(33, 47))], 1: [dict(input_size=(29,))]}
+          1: [dict(input_size=(61,))], 3: [dict(input_size=(10, 32, 32)), dict(input_size=(7, 48, 16))]}
+ODD_IMAGES = {2: [dict(input_size=(13, 17)), dict(input_size=(33, 47))], 1: [dict(input_size=(29,))],
+              3: [dict(input_size=(5, 13, 17)), dict(input_size=(9, 33, 47))]}
 
 
 def variants(what: str, p: ConvProblem) -> list[dict]:
