@@ -52,6 +52,11 @@ shared memory, and the producer fills the next unit's stages during this unit's 
     the tile holds there and are never read), or, with one split, straight into ``dW`` in its dtype (staged
     through shared memory where 16-bit stores cannot be paired, ``STAGE_OUT``).
 
+3D (NDHWC, the gathering modes): a unit's tap is ``(t, r, s)`` (units numbered with the depth tap ``t`` between
+the group and the plane's tap, ``unit_coords``), its pixels ``(image, z, p, q)``; the producer masks the pixels
+whose input plane ``z * STRIDE_D - PAD_D + t * DIL_D`` lies outside the volume. Below 3D all of it folds away, as
+in the forward.
+
 :func:`sum_splits` then adds the slices element by element in split order and rounds once to ``dW``'s
 dtype. No atomics and a fixed order everywhere: bitwise the same result on every run and every grid size.
 Registers move to the consumer with ``setmaxnreg`` as in the forward (``PRODUCER_REGS`` for the producer).

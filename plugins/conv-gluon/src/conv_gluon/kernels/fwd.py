@@ -51,6 +51,13 @@ Its epilogue stores 16-bit dense outputs by TMA (``TMA_STORE``: ``common.store_t
 The data gradient runs this same kernel once per stride phase (``plan.make_bwd_data_plan``): ``x`` is then
 ``dy``, the weight matrix the phase's transposed taps, and ``Y_START`` / ``sy_*`` the phase's pixels of ``dx``.
 
+3D (NDHWC, the gathering modes): output pixel rows are ``(image, z, p, q)`` (``M = N Z P Q``) and the reduction
+walks depth taps ``t`` outside the plane's taps ``(r, s)``. The producer decodes a tile's rows once
+(``pipeline.pixel_coords``) and per depth tap moves their base to the input plane ``z * STRIDE_D - PAD_D +
+t * DIL_D``, masking the rows whose plane lies outside the volume (``pipeline.depth_offsets``). Below 3D
+``Z = D = T = STRIDE_D = DIL_D = 1`` (constants to the JIT) and ``PAD_D = 0`` (a constexpr): the depth axis folds
+away and the 2D kernels compile to the instructions they did before it existed.
+
 Registers are redistributed between the partitions (``setmaxnreg``): the producer gets
 ``PRODUCER_REGS`` per thread, the consumer the rest of the kernel's ``maxnreg`` budget (``plan.py``).
 Nothing is atomic and every tile's reduction order is fixed: results are bitwise reproducible.
