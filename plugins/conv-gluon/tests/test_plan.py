@@ -35,6 +35,38 @@ def test_scalars_are_dense_nhwc_geometry():
     assert s["NUM_TILES"] == s["TILES_M"] * s["TILES_N"] * 2
 
 
+def test_3d_scalars_are_dense_ndhwc_geometry():
+    """3D: the plane's scalars as in 2D, the depth beside them; pixel rows ``(n, z, p, q)``, taps ``(t, r, s)``."""
+    p = problem(batch=2, in_channels=16, out_channels=24, input_size=(7, 11, 9), filter_size=(2, 3, 5),
+                stride=(3, 2, 1), padding=((2, 0), (1, 0), (2, 2)), dilation=(2, 1, 2))
+    fp = make(p, "fwd_gather")
+    s, c = dict(fp.scalars), dict(fp.constexprs)
+    (od, oh, ow) = p.output_size
+    assert (s["M"], s["Z"], s["P"], s["Q"], s["D"], s["H"], s["W"]) == (2 * od * oh * ow, od, oh, ow, 7, 11, 9)
+    assert (s["T"], s["S"], s["TAPS"], s["STRIDE_D"], s["DIL_D"], c["PAD_D"]) == (2, 5, 15, 3, 2, 2)
+    assert (s["sx_n"], s["sx_d"], s["sx_h"], s["sx_w"]) == (7 * 11 * 9 * 16, 11 * 9 * 16, 9 * 16, 16)
+    assert (s["sy_n"], s["sy_d"], s["sy_h"], s["sy_w"]) == (od * oh * ow, oh * ow, ow, 1)
+    assert fp.weight.taps == 30
+    wg = plan.make_bwd_weight_plan(p.with_direction("bwd_weight"), "bwd_weight_gather",
+                                   configs.select(TAB, "bwd_weight_gather", p.with_direction("bwd_weight")), TAB)
+    w = dict(wg.scalars)
+    assert (w["J"], w["T"], w["TAPS"], w["OUT_ROW"]) == (2 * od * oh * ow, 2, 15, 30 * w["OUT_TAP"])
+    assert wg.grid.taps == 30 and wg.partial_numel == 24 * 30 * wg.c_pad
+
+
+def test_below_3d_the_depth_arguments_are_jit_constants():
+    """The depth axis of a 2D launch is 1s (compiled in as constants) and a constexpr padding of 0: the 2D
+    kernels compile to what they did before 3D (the plane strides ``sx_d``, ``sy_d`` are not specialised)."""
+    from conv_gluon import descriptors
+    from conv_gluon.kernels.fwd import conv_fwd
+
+    p = make(problem(), "fwd_gather")
+    _, constexprs, _ = specialization.plan_specialization(p, conv_fwd, specialization.role_dtypes(problem(), p),
+                                                          descriptors.signature)
+    assert all(constexprs[name] == 1 for name in ("Z", "D", "T", "STRIDE_D", "DIL_D"))
+    assert constexprs["PAD_D"] == 0 and "sx_d" not in constexprs and "sy_d" not in constexprs
+
+
 def test_constexprs():
     c = dict(make(problem(bias=True, activation="silu"), "fwd_gather").constexprs)
     config = configs.select(TAB, "fwd_gather", problem())
