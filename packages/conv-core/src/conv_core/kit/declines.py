@@ -75,9 +75,12 @@ def grid_issue(problem: ConvProblem, programs: int, what: str) -> str | None:
     return None
 
 
-def ndim_issue(problem: ConvProblem, supported: Sequence[int] = (1, 2)) -> str | None:
-    """Why the problem's spatial rank is not one the kernels take."""
+def ndim_issue(problem: ConvProblem, supported: Sequence[int] = (1, 2), elsewhere: str = "") -> str | None:
+    """Why the problem's spatial rank is not one the kernels take: not implemented, or (for one kernel of a
+    backend whose others take it) ``elsewhere``, the kernels that do."""
     if problem.ndim not in supported:
         ranks = "/".join(f"{n}D" for n in supported)
+        if elsewhere:
+            return f"{problem.ndim}D convolutions are not this kernel's ({ranks} are): they run on {elsewhere}"
         return f"{problem.ndim}D convolutions are not implemented yet ({ranks} are)"
     return None
