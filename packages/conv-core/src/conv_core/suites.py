@@ -102,7 +102,8 @@ class SuiteLayer:
 
     @property
     def output_padding(self) -> tuple[int, ...]:
-        """A transposed layer's ``output_padding``: the rows of ``input_size`` that C's last window does not reach."""
+        """A transposed layer's ``output_padding``: per dimension, the positions at the end of ``input_size`` that
+        C's last window does not reach (always below the stride, as PyTorch requires)."""
         return tuple((i + lo + hi - d * (k - 1) - 1) % s for i, (lo, hi), k, s, d in
                      zip(self.input_size, self.padding, self.filter_size, self.stride, self.dilation))
 
