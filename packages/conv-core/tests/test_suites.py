@@ -10,6 +10,7 @@ do not change shapes), run on the ``meta`` device so it costs nothing.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import math
 
@@ -572,6 +573,21 @@ def test_suite_matches_the_captured_skeleton(name):
             expected[_geometry(layer.problem)] += layer.count
     actual = {_geometry(layer): layer.count for layer in load_suite(name).layers}
     assert actual == dict(expected)
+
+
+def test_capture_records_transposed_calls_as_the_suites_store_them():
+    """conv_core.capture's transposed layers are the hooks' (the suite's form), but for the bias, which their
+    problems (a convolution's bwd_data) cannot carry."""
+    model, example = _skeleton("seg_head_transposed")
+    hooked, hooks = _transposed_calls(model)
+    captured = capture_shapes(model, example)
+    for h in hooks:
+        h.remove()
+    from_capture = collections.Counter()
+    for layer in captured:
+        if layer.transposed:
+            from_capture[_geometry(layer.suite_layer())] += layer.count
+    assert from_capture == collections.Counter(_geometry(dataclasses.replace(layer, bias=False)) for layer in hooked)
 
 
 # Total convolutions per forward pass, counted by hand from the architectures.
