@@ -90,3 +90,20 @@ def test_usage_errors_exit_2(capsys, monkeypatch, argv, message):
     monkeypatch.setitem(sys.modules, "torchvision", None)  # as on CI: not installed
     assert main(["warmup", *argv, "--device", "cpu"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_transposed_layer_warms_up_the_problem_its_forward_runs(capsys, tmp_path, executed):
+    """A transposed layer's forward is its convolution's bwd_data: that is the kernel to compile."""
+    import json
+
+    from conv_core.suites import Suite, SuiteLayer
+
+    up = SuiteLayer("up", 4, 6, (8, 8), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), transposed=True)
+    path = tmp_path / "dec.json"
+    path.write_text(json.dumps(Suite("dec", "test", (up,), default_batch=2).to_json()))
+    code = main(["warmup", "--suite", str(path), "--dtype", "fp32", "--layout", "nchw", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 0 and "fwd (transposed)" in out
+    assert [problem.direction for problem, _ in executed] == ["bwd_data"]
+    assert warmup.in_directions([("up", up.problem(2))], ("fwd", "bwd_data"), transposed={"up"}) == [
+        ("up", up.problem(2, direction="fwd")), ("up", up.problem(2, direction="bwd_data"))]

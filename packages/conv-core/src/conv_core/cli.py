@@ -274,9 +274,11 @@ def cmd_warmup(args: argparse.Namespace) -> int:
         raise UsageError(f"--model needs torchvision ({exc})") from None
     except (LookupError, ValueError) as exc:
         raise UsageError(_message(exc)) from None
-    done = warmup.warmup(problems, device, directions=DIRECTIONS if args.train else ("fwd",))
-    print(format_table(("layer", "dir", "kernel", "s"), [(w.name, w.problem.direction, w.kernel_id, f"{w.seconds:.2f}")
-                                                       for w in done], align="lllr"))
+    transposed = transposed_layers(args) if not args.model else frozenset()
+    done = warmup.warmup(problems, device, directions=DIRECTIONS if args.train else ("fwd",), transposed=transposed)
+    print(format_table(("layer", "dir", "kernel", "s"), [(w.name, _direction_label(w.problem, w.name in transposed),
+                                                         w.kernel_id, f"{w.seconds:.2f}") for w in done],
+                       align="lllr"))
     print(f"\n{len(done)} problems warmed up in {sum(w.seconds for w in done):.1f} s")
     return 0
 

@@ -14,7 +14,7 @@ so a fused epilogue warms up the kernel that runs it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -58,13 +58,19 @@ def suite_problems(name: str, *, batch: int | None, dtype: str, layout: str,
     return suites.suite_problems(name, batch=batch, dtype=dtype, layout=layout, direction="fwd", arch=arch)
 
 
-def in_directions(problems: Iterable[tuple[str, ConvProblem]],
-                  directions: Sequence[str]) -> list[tuple[str, ConvProblem]]:
-    """Each problem in each of ``directions``, duplicates dropped (layers that share a shape share kernels)."""
+def in_directions(problems: Iterable[tuple[str, ConvProblem]], directions: Sequence[str],
+                  transposed: Collection[str] = ()) -> list[tuple[str, ConvProblem]]:
+    """Each problem in each of ``directions``, duplicates dropped (layers that share a shape share kernels).
+
+    Directions are the layers': those named in ``transposed`` are transposed convolutions, whose forward is
+    their convolution's ``bwd_data`` (:func:`conv_core.suites.layer_direction`).
+    """
+    from .suites import layer_direction
+
     seen, chosen = set(), []
     for name, problem in problems:
         for direction in directions:
-            p = problem.with_direction(direction)
+            p = problem.with_direction(layer_direction(direction, name in transposed))
             if p not in seen:
                 seen.add(p)
                 chosen.append((name, p))
@@ -72,9 +78,10 @@ def in_directions(problems: Iterable[tuple[str, ConvProblem]],
 
 
 def warmup(problems: Iterable[tuple[str, ConvProblem]], device: torch.device, *,
-           directions: Sequence[str] = ("fwd",), on_done=None) -> list[WarmedUp]:
-    """Run each of ``problems`` (in each of ``directions``) once through the engine's first-ranked candidate,
-    on random operands; ``on_done(WarmedUp)`` after each. Returns what ran, in order."""
+           directions: Sequence[str] = ("fwd",), on_done=None, transposed: Collection[str] = ()) -> list[WarmedUp]:
+    """Run each of ``problems`` (in each of ``directions``; ``transposed``: as :func:`in_directions`) once
+    through the engine's first-ranked candidate, on random operands; ``on_done(WarmedUp)`` after each.
+    Returns what ran, in order."""
     from .engine import get_engine
     from .reference import random_operands
 
@@ -82,7 +89,7 @@ def warmup(problems: Iterable[tuple[str, ConvProblem]], device: torch.device, *,
     if unknown:
         raise ValueError(f"directions {sorted(unknown)} are not among {', '.join(DIRECTIONS)}")
     engine, done = get_engine(), []
-    for name, problem in in_directions(problems, directions):
+    for name, problem in in_directions(problems, directions, transposed):
         started = time.perf_counter()
         ranking = engine.ranking(problem, device)
         engine.execute(ranking, random_operands(problem, device, seed=0))
