@@ -25,6 +25,9 @@
 #   pytest:PATH : CUDA pytest of one test file (CONV_RDNA_TEST_DEVICE=cuda), -k $PYTEST_K if set
 #   models     : the real-model benchmark (conv-core bench --model) of each model in $MODELS (default: the issue's
 #                six) into OUT_DIR/models_NAME.json, modes $MODEL_MODES (default all), $MODEL_ARGS appended
+#   calls      : each layer of $CALL_SUITES through conv_core.conv*d / conv_transpose*d as a model calls it: forward
+#                and gradients against float64, eager time per call against F.* (scripts/gpu_layer_calls.py)
+#                into OUT_DIR/layer_calls.json
 #   host       : host time per call (conv-core bench --host) into OUT_DIR/host.json
 #   holdout    : the ranking on layers no table saw (conv-core bench --holdout $HOLDOUT_ARGS) into OUT_DIR/holdout.json
 #   ddp        : the DDP training step on every GPU (conv_core.model_bench_ddp) into OUT_DIR/ddp.json
@@ -154,6 +157,10 @@ for stage in "$@"; do
         conv-core bench --model "$model" ${MODEL_MODES:+--modes "$MODEL_MODES"} --json "$out/models_$model.json" \
           ${MODEL_ARGS:-} 2>&1 | tail -25 || status=1
       done
+      ;;
+    calls)
+      python3 scripts/gpu_layer_calls.py --suites "${CALL_SUITES:?CALL_SUITES=name:batch,...}" --out "$out" \
+        ${CALL_ARGS:-} 2>&1 | tee "$out/layer_calls.txt" | grep -e '^==' -e FAILED -e 'layer calls' || status=1
       ;;
     host)
       conv-core bench --host --json "$out/host.json" 2>&1 | tail -30 || status=1

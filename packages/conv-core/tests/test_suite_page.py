@@ -86,3 +86,27 @@ def test_a_transposed_layer_is_shown_in_its_own_direction(tmp_path):
     page = suite_page.render([run], "plugin", "t", "regen")
     assert "| unet.up1.up, fwd (transposed) | n32 c64 k64" in page
     assert "(unet.up1.up fwd (transposed) channels_last 0.50x)" in page
+
+
+def test_issue_24s_targets_judge_the_new_suites_only(tmp_path, monkeypatch):
+    """Transposed forwards and 3D forwards against PyTorch's own call, grouped 3x3 against aten; issue 3's
+    targets stay on their suites."""
+    monkeypatch.chdir(tmp_path)
+    transposed = bench(12.0, 8.0, "bwd_data n8 c256 k512 g1 i128x128 f2x2 s2x2 p0.0x0.0 d1x1 bf16.bf16.bf16 cl b0 a- "
+                       "sm_90", "unet.up2.up")
+    transposed["rows"][0].update(direction="fwd", transposed=True, torch_us=10.0)
+    video = bench(30.0, 20.0, "fwd n8 c64 k64 g1 i16x56x56 f3x3x3 s1x1x1 p1.1x1.1x1.1 d1x1x1 bf16.bf16.bf16 cl b0 "
+                  "a- sm_90", "layer1.conv")
+    grouped = bench(5.0, 5.5, "fwd n32 c256 k256 g32 i28x28 f3x3 s1x1 p1.1x1.1 d1x1 bf16.bf16.bf16 cl b0 a- sm_90",
+                    "layer2.1.conv2")
+    folder = write_run(tmp_path / "a", {"seg_head_transposed_bwd_data_nhwc": transposed,
+                                        "video_resnet_fwd_nhwc": video, "resnext_stage_fwd_nhwc": grouped,
+                                        "resnet50_fwd_nhwc": bench(10.0, 4.0)})
+    assert main(["tables", "bundle", "raw.json.gz", folder, "--name", "run 1"]) == 0
+    assert main(["tables", "report", "--backend", "plugin", "--title", "t", "--out", "page.md", "raw.json.gz"]) == 0
+    page = (tmp_path / "page.md").read_text()
+    assert "transposed layers' forward, picked vs `F.conv_transpose*d`: 1.250x over 1 layers (target 1.2x): met" in page
+    assert "3D layers' forward, picked vs `F.conv3d`: 1.500x over 1 layers (target 1.2x): met" in page
+    assert "grouped 3x3 layers of 4-64 channels per group, every direction, picked vs aten: 0.909x over 1 layers " \
+           "(target 1.0x): missed" in page
+    assert "compute-bound channels-last geomean vs aten, this backend alone: 2.50x over 1 layers" in page  # resnet50's
