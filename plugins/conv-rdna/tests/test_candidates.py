@@ -67,6 +67,13 @@ def test_backend_loads_through_its_entry_point():
     (problem("bwd_weight"), ["bwd_weight_split", "bwd_weight_atomic", "bwd_weight_cf"]),
     (problem("bwd_weight", layout="channels_last"), ["bwd_weight_split", "bwd_weight_atomic"]),
     (problem(input_size=(30,), filter_size=5, padding=2), ["implicit_gemm", "implicit_gemm_cf"]),
+    # 3D: the families with a depth axis, in either layout (channels-first through the general kernels' strides)
+    (problem(input_size=(4, 6, 6)), ["implicit_gemm"]),
+    (problem(input_size=(4, 6, 6), filter_size=1, padding=0), ["implicit_gemm", "gemm1x1"]),
+    (problem("bwd_data", input_size=(4, 6, 6), stride=2, layout="channels_last"), ["bwd_data_phased"]),
+    (problem("bwd_data", input_size=(4, 6, 6), filter_size=1, padding=0), ["bwd_data_phased", "gemm1x1"]),
+    (problem("bwd_weight", input_size=(4, 6, 6)), ["bwd_weight_split", "bwd_weight_atomic"]),
+    (problem("bwd_weight", input_size=(4, 6, 6), groups=16), ["depthwise_bwd_weight"]),
 ])
 def test_kernels_offered(p, kernels):
     assert [c.kernel for c in answer(p)] == kernels
@@ -77,8 +84,15 @@ def test_cpu_needs_the_interpreter(monkeypatch):
     assert declined(problem()) == "Triton kernels need a GPU; set TRITON_INTERPRET=1 to interpret them on CPU"
 
 
+def test_1d_2d_kernels_decline_3d_naming_where_it_runs():
+    """The families without a depth axis say so, and which kernels take the problem instead."""
+    issues = registry.REGISTRY.issues(problem(input_size=(4, 6, 6), layout="channels_first"))
+    for kernel in ("conv3x3", "implicit_gemm_cf", "few_channels_in", "winograd_f4x3"):
+        assert "3D convolutions are not this kernel's (1D/2D are)" in issues[kernel]
+        assert "the implicit GEMM" in issues[kernel] and "channels-first tensors too" in issues[kernel]
+
+
 @pytest.mark.parametrize("p, device, words", [
-    (problem(input_size=(5, 5, 5), filter_size=3), CPU, "3D convolutions"),
     (problem(dtype="float64"), CPU, "float64 is not supported"),
     (problem(weight_dtype="float32"), CPU, "mixed operands"),
     (problem(out_dtype="float64"), CPU, "result dtype float64"),

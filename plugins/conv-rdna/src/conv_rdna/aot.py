@@ -33,7 +33,7 @@ from conv_core.problem import ConvProblem
 
 from . import configs, specialization, sweep
 from .plans import few_channels, implicit_gemm, winograd, winograd_bwd_weight
-from .registry import CHANNELS_FIRST, DEPTHWISE, REGISTRY, make_plan, names
+from .registry import CHANNELS_FIRST, DEPTHWISE, PLANES, RANKS, REGISTRY, make_plan, names
 
 #: Compile targets: arch name -> (Triton backend, arch, warp size).
 TARGETS = {
@@ -61,6 +61,9 @@ PIXEL_VECTOR_ACCESSES = {"hip": ("load",), "cuda": ("load", "store")}
 #: asynchronous copies (``plans.channels_first.pipelined_pixels``: a 1x1 layer of 256 pixels an image); on the ``mid``
 #: geometry only the weight gradient does.
 PIPELINED_SHAPE = "1x1-16x16"
+#: The 3D edge shape: the kernels with a depth axis compiled with the depth sizes as arguments (in 1D/2D the JIT
+#: compiles them in as the constant 1).
+VOLUME_SHAPE = "3d"
 #: A global-to-shared asynchronous copy in NVIDIA PTX: a launch that takes the pipelined loop must issue them.
 ASYNC_COPY_PATTERN = r"\bcp\.async\.c[ag]\.shared\.global\b"
 
@@ -87,6 +90,10 @@ SHAPES = {
                      padding=2),
     "dw-mult2": dict(batch=2, in_channels=16, out_channels=32, input_size=(15, 15), filter_size=3, stride=2,
                      padding=1),
+    # 3D (the kernels with a depth axis only; the depthwise ones as a depthwise layer): a video clip's layer,
+    # strided along the depth (the data gradient's depth phases).
+    VOLUME_SHAPE: dict(batch=2, in_channels=32, out_channels=32, input_size=(5, 8, 8), filter_size=3,
+                       stride=(2, 1, 1), padding=1),
     # Winograd only: one image (batch 1), asymmetric padding, wider channels.
     "wino-b1": dict(batch=1, in_channels=128, out_channels=192, input_size=(30, 29), filter_size=3,
                     padding=((0, 1), (1, 0))),
@@ -99,7 +106,8 @@ SHAPES = {
 DEPTHWISE_SHAPES = ("mid", "dw5x5-s2", "dw7x7")
 #: (dtype, layout) of the edge shapes.
 EDGE_SHAPES = {"conv1d": ("float16", "channels_last"), "conv1d-wide": ("bfloat16", "channels_first"),
-               "unit": ("bfloat16", "channels_last"), "1x1-s2": ("float16", "channels_first"),
+               "unit": ("bfloat16", "channels_last"), VOLUME_SHAPE: ("bfloat16", "channels_last"),
+               "1x1-s2": ("float16", "channels_first"),
                "dw-mult2": ("bfloat16", "channels_last"), "wino-b1": ("bfloat16", "channels_last"),
                PIXEL_VECTOR_SHAPE: ("bfloat16", "channels_first"), "3x3-s2": ("bfloat16", "channels_first"),
                PIPELINED_SHAPE: ("bfloat16", "channels_first")}
@@ -186,6 +194,8 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
             return None
         fields.update(filter_size=1, stride=1, padding=0)
     problem = ConvProblem("fwd", **{"stride": 1, "padding": 0, "dilation": 1, **fields})
+    if problem.ndim == 3 and REGISTRY[kernel].issue(problem.with_direction(REGISTRY[kernel].directions[0])):
+        return None  # a 1D/2D kernel
     if kernel == "conv3x3" and not implicit_gemm.three_by_three(problem):
         return None
     if kernel == winograd.KERNEL:  # only the geometries it is offered for
@@ -220,12 +230,12 @@ def jobs(targets=tuple(TARGETS)) -> list[Job]:
 def distinct_jobs(targets=tuple(TARGETS)) -> tuple[list[Job], dict[str, int]]:
     """:func:`jobs`, and how many launches the job list had before launches that specialise identically (same
     target, kernel, signature, constexprs, attributes and options: one compiled kernel) were merged."""
-    kept, counts = distinct(specialized_jobs(targets), key=lambda pair: pair[0])
+    kept, counts = distinct(specialized_jobs(targets, ranks=RANKS), key=lambda pair: pair[0])
     return [job for _, job in kept], counts
 
 
-def specialized_jobs(targets=tuple(TARGETS), table=None, plan=make_plan,
-                     dtypes: tuple[str, ...] = configs.DTYPES) -> list[tuple[tuple, Job]]:
+def specialized_jobs(targets=tuple(TARGETS), table=None, plan=make_plan, dtypes: tuple[str, ...] = configs.DTYPES,
+                     ranks: tuple[int, ...] = PLANES) -> list[tuple[tuple, Job]]:
     """``((target, specialization key), job)`` of every launch the tables of ``targets`` ship: each
     configuration of each kernel of the registry, for every input dtype that can reach it and both layouts
     (register use differs most between layouts), on the ``mid`` geometry; plus each kernel on the edge
@@ -233,7 +243,8 @@ def specialized_jobs(targets=tuple(TARGETS), table=None, plan=make_plan,
 
     ``table(target)`` and ``plan(problem, kernel, config, tab)`` default to this backend's (:func:`configs.table`,
     :func:`~conv_rdna.registry.make_plan`); a backend running these kernels with tables of its own passes its
-    own, and the input ``dtypes`` it takes."""
+    own, the input ``dtypes`` it takes and the spatial ``ranks`` it offers them for (1D/2D unless it says so: the
+    3D edge shape is for a backend that takes 3D problems, as this one, :data:`~conv_rdna.registry.RANKS`)."""
     table = table or configs.table
     found: list[tuple[tuple, Job]] = []
 
@@ -257,6 +268,8 @@ def specialized_jobs(targets=tuple(TARGETS), table=None, plan=make_plan,
                             if problem is not None:  # a kernel offered for one layout only
                                 add(target, tab, kernel, config, problem, shape)
             for shape, (dtype, layout) in EDGE_SHAPES.items():
+                if len(SHAPES[shape]["input_size"]) not in ranks:
+                    continue
                 problem = representative_problem(kernel, dtype, layout, target, shape)
                 if problem is not None and dtype in dtypes:
                     add(target, tab, kernel, configs.select(tab, family, problem), problem, shape)

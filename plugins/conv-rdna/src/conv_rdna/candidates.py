@@ -17,7 +17,7 @@ from conv_core.problem import ConvProblem
 
 from . import configs, launch
 from .plans.common import Plan
-from .registry import REGISTRY, make_plan
+from .registry import RANKS, REGISTRY, make_plan
 
 BACKEND = "rdna"
 
@@ -33,7 +33,7 @@ INTERPRETED_FIXED_US = 100_000.0
 def decline_reason(problem: ConvProblem, device: torch.device) -> str | None:
     """Why the backend has no candidate at all for ``problem`` on ``device``, or None."""
     phases = math.prod(problem.stride) if problem.direction == "bwd_data" else 1
-    return (device_issue(device) or ndim_issue(problem) or dtype_issue(problem, DTYPES) or int32_issue(problem)
+    return (device_issue(device) or ndim_issue(problem, RANKS) or dtype_issue(problem, DTYPES) or int32_issue(problem)
             or grid_issue(problem, problem.groups * phases, "groups x stride phases"))
 
 

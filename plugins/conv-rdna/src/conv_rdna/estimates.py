@@ -68,16 +68,16 @@ def few_cout(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
 
 def depthwise_utilization(problem: ConvProblem, p: Plan) -> float:
     """Fraction of a depthwise plan's tile lanes that hold real work (pixels x channels, and taps for the
-    weight gradient): the blocks after fitting (``plans.depthwise.fit_pixel_block``), the first launch's."""
+    weight gradient): the blocks after fitting (``plans.depthwise.fit_pixel_block``), the first launch's. A pixel
+    block lies in one plane of a 3D map, so the depth (a grid axis) wastes no lane."""
     g, const = p.geometry, dict(p.launches[0].constexprs)
     channels = problem.in_channels
 
     def used(size: int, block: int) -> float:
         return size / (math.ceil(size / block) * block)
 
-    if problem.direction == "bwd_weight":
-        pixels = g.batch * g.p * g.q
-        return used(g.r * g.s, const["BLOCK_T"]) * used(channels, const["BLOCK_C"]) * used(pixels, const["BLOCK_W"])
+    if problem.direction == "bwd_weight":  # every tap (t, r, s) of every output pixel (n, od, p, q)
+        return used(g.taps, const["BLOCK_T"]) * used(channels, const["BLOCK_C"]) * used(g.pixels, const["BLOCK_W"])
     rows, cols = (g.p, g.q) if problem.direction == "fwd" else (cdiv(g.h, g.stride[0]), cdiv(g.w, g.stride[1]))
     return used(rows, const["BLOCK_H"]) * used(cols, const["BLOCK_W"]) * used(channels, const["BLOCK_C"])
 
@@ -90,6 +90,7 @@ def depthwise(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
     if problem.layout == "channels_first":
         compute, memory = compute * eff["channels_first"], memory * eff["channels_first"]
     return roofline(problem, p, compute, memory)
+
 
 
 def grouped_utilization(problem: ConvProblem, p: Plan) -> float:

@@ -16,7 +16,8 @@ import dataclasses
 import functools
 
 from conv_core.geometry import Geometry
-from conv_core.kit.registry import KernelEntry, Registry
+from conv_core.kit.declines import ndim_issue
+from conv_core.kit.registry import KernelEntry, Registry, always
 from conv_core.problem import ConvProblem
 
 from . import estimates
@@ -26,11 +27,27 @@ from .plans import winograd_bwd_weight
 from .plans.common import Plan, bwd_data_phases
 
 
+#: Spatial ranks a kernel takes: the families with a depth axis (``conv_core.geometry.Geometry``'s) take
+#: ``VOLUMES``; the others, ``PLANES``. The backend's own ranks (:func:`conv_rdna.candidates.decline_reason`) are
+#: those some kernel takes.
+VOLUMES, PLANES = (1, 2, 3), (1, 2)
+RANKS = VOLUMES
+#: Where a 3D problem goes instead of a 1D/2D-only kernel.
+VOLUME_KERNELS = ("the implicit GEMM, `gemm1x1`, the phased data gradient, the split weight gradient (channels-first "
+                  "tensors too, through their strides) and the depthwise kernels")
+
+
+def ranked(applies, ranks: tuple[int, ...]):
+    """``applies`` of a kernel taking the spatial ranks ``ranks``: a problem of another rank first."""
+
+    def issue(problem: ConvProblem) -> str | None:
+        return ndim_issue(problem, ranks, VOLUME_KERNELS) or applies(problem)
+    return issue
+
+
 def depthwise_issue(problem: ConvProblem) -> str | None:
     """Why the depthwise kernels do not apply to ``problem``, or None (they take any multiplier
-    ``out_channels / groups``, filter, stride, dilation and padding, in 1D and 2D)."""
-    if problem.ndim == 3:
-        return "the depthwise kernels are 1D/2D only (3D convolutions are not implemented yet)"
+    ``out_channels / groups``, filter, stride, dilation and padding, in 1D, 2D and 3D)."""
     if problem.groups != problem.in_channels:
         return (f"not depthwise: groups={problem.groups} != in_channels={problem.in_channels} (the depthwise "
                 "kernels need exactly one input channel per group)")
@@ -101,10 +118,11 @@ def grouped_issue(problem: ConvProblem) -> str | None:
 
 
 def _entry(name: str, family: str, directions: tuple[str, ...], plan, estimate=None, *, summary: str,
-           **fields) -> KernelEntry:
-    """An entry whose estimate defaults to a GEMM-tiled kernel's of its family."""
+           ranks: tuple[int, ...] = PLANES, applies=always, **fields) -> KernelEntry:
+    """An entry whose estimate defaults to a GEMM-tiled kernel's of its family, offered for problems of the spatial
+    ``ranks`` it takes (1D/2D unless it says otherwise)."""
     estimate = estimate or functools.partial(estimates.tiled, family=family)
-    return KernelEntry(name, family, directions, summary, plan, estimate, **fields)
+    return KernelEntry(name, family, directions, summary, plan, estimate, applies=ranked(applies, ranks), **fields)
 
 
 def _few(name: str, few: str, directions: tuple[str, ...], plan, estimate=None, *, summary: str) -> KernelEntry:
@@ -123,21 +141,26 @@ CF = ("channels_first",)
 
 #: The general families: any 1D/2D geometry.
 GENERAL = (
-    _entry("implicit_gemm", "implicit_gemm", FWD, implicit_gemm.implicit_gemm, applies=general_issue, summary=(
+    _entry("implicit_gemm", "implicit_gemm", FWD, implicit_gemm.implicit_gemm, applies=general_issue,
+           ranks=VOLUMES, summary=(
         "`M` = batch x output pixels, `N` = output channels of the group, `K` = taps x input channels of the "
         "group. The reduction is one flat loop over taps (outer) x `BLOCK_K` channels (inner), so pixel "
         "coordinates are computed once per tap and channel block and the loop software-pipelines even with "
         "few channels. Fused epilogue in float32: bias, activation (`relu`, `relu6`, exact `gelu` through "
         "`erf`, `gelu_tanh`, `silu`, as `conv_core.activations` defines them), one rounding to the output "
         "dtype (which may differ from the input's).")),
-    _entry("bwd_data_phased", "bwd_data", BWD_DATA, gradients.bwd_data_phased, applies=general_issue, summary=(
+    _entry("bwd_data_phased", "bwd_data", BWD_DATA, gradients.bwd_data_phased, applies=general_issue,
+           ranks=VOLUMES, summary=(
         "the data gradient decomposed by **stride phase** (below): no wasted taps for stride > 1.")),
-    _entry("bwd_weight_split", "bwd_weight", BWD_WEIGHT, gradients.bwd_weight, applies=general_issue, summary=(
+    _entry("bwd_weight_split", "bwd_weight", BWD_WEIGHT, gradients.bwd_weight, applies=general_issue,
+           ranks=VOLUMES, summary=(
         "`M` = output channels, `N` = input channels (one tap per program), `K` = batch x output pixels, "
         "split into ranges reduced **deterministically** through a float32 workspace (below).")),
-    _entry("bwd_weight_atomic", "bwd_weight", BWD_WEIGHT, gradients.bwd_weight, applies=general_issue, summary=(
+    _entry("bwd_weight_atomic", "bwd_weight", BWD_WEIGHT, gradients.bwd_weight, applies=general_issue,
+           ranks=VOLUMES, summary=(
         "the same split, accumulated with `tl.atomic_add` into one float32 buffer.")),
-    _entry("gemm1x1", "gemm1x1", FWD + BWD_DATA, implicit_gemm.gemm1x1, applies=pointwise_issue, summary=(
+    _entry("gemm1x1", "gemm1x1", FWD + BWD_DATA, implicit_gemm.gemm1x1, applies=pointwise_issue,
+           ranks=VOLUMES, summary=(
         "1x1 filter, stride 1, no padding: a plain GEMM over pixels (`H*W` merged), with the weight strides "
         "of the reduced and the produced channel swapped between the forward and the data gradient. Same "
         "epilogue.")),
@@ -217,16 +240,16 @@ WINOGRAD = (
 #: Depthwise problems (``groups == in_channels``, any multiplier): FMA stencils.
 DEPTHWISE = (
     _entry("depthwise_fwd", "depthwise_fwd", FWD, depthwise.depthwise_fwd, estimates.depthwise,
-        applies=depthwise_issue, summary=(
+        applies=depthwise_issue, ranks=VOLUMES, summary=(
         "`groups == in_channels` (any multiplier): a stencil, no matrix units; `[pixels, channels]` tiles "
         "accumulate the taps with FMAs in float32 (below). Same epilogue.")),
     _entry("depthwise_bwd_data", "depthwise_bwd_data", BWD_DATA, depthwise.depthwise_bwd_data, estimates.depthwise,
-        applies=depthwise_issue, summary=(
+        applies=depthwise_issue, ranks=VOLUMES, summary=(
         "the depthwise stencil with the flipped filter, by stride phase; the multiplier's output channels "
         "summed in the kernel.")),
     _entry("depthwise_bwd_weight", "depthwise_bwd_weight", BWD_WEIGHT, depthwise.depthwise_bwd_weight,
            estimates.depthwise,
-        applies=depthwise_issue, summary=(
+        applies=depthwise_issue, ranks=VOLUMES, summary=(
         "per (tap, channel) sums over the batch's pixels, split into ranges reduced **deterministically** "
         "through a float32 workspace.")),
 )

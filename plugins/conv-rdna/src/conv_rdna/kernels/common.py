@@ -17,7 +17,10 @@ import triton.language as tl
 #: pixel counts, their magic-number divisors, chunk and split sizes. Triton's JIT would compile a kernel
 #: again for each new value of 1 or change of divisibility by 16 among them; :func:`jit_any_size` tells it
 #: not to specialise on them. Strides stay specialised: in channels-last they are multiples of the channel
-#: count, so their alignment (which the vector loads need) is a fact of the layer, not of the image.
+#: count, so their alignment (which the vector loads need) is a fact of the layer, not of the image. So do the
+#: depth sizes (``D``, ``OD``, ``TD``, ``D_PH``): below 3D they are 1, which the JIT compiles in as a constant
+#: so that the depth arithmetic folds away; a 3D clip length compiles a kernel per class (1, a multiple of 16
+#: or neither), not per length.
 SIZES = frozenset({
     "BATCH", "H", "W", "P", "Q", "PQ", "HW", "H_PH", "W_PH", "N0", "A_OFF", "T", "TILES_H", "TILES_W", "TILES",
     "TILES_Q", "P_MAGIC", "P_SHIFT", "Q_MAGIC", "Q_SHIFT", "PIX_PER_SPLIT", "BLOCKS_PER_SPLIT",
@@ -90,19 +93,51 @@ def add_bias_and_activate(acc, bias_ptr, offs_n, n_ok, HAS_BIAS: tl.constexpr, A
 @triton.jit
 def forward_tile(BATCH, P, Q, K_G, STRIDE_H, STRIDE_W, PAD_H, PAD_W, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  GROUP_M: tl.constexpr, ROW_VEC: tl.constexpr):
+    """:func:`volume_tile` of a 2D convolution (depth 1): ``(offs_m, m_ok, n, p, q, h0, w0, offs_n, n_ok)``."""
+    offs_m, m_ok, n, od, p, q, z0, h0, w0, offs_n, n_ok = volume_tile(BATCH, 1, P, Q, K_G, 1, STRIDE_H, STRIDE_W, 1,
+                                                                       PAD_H, PAD_W, BLOCK_M, BLOCK_N, GROUP_M,
+                                                                       ROW_VEC)
+    return offs_m, m_ok, n, p, q, h0, w0, offs_n, n_ok
+
+
+@triton.jit
+def volume_tile(BATCH, OD, P, Q, K_G, STRIDE_D, STRIDE_H, STRIDE_W, PAD_D1, PAD_H, PAD_W, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROW_VEC: tl.constexpr):
     """This program's tile of a forward implicit GEMM (``program_id(0)``, in ``GROUP_M`` row sweeps). Rows:
-    output pixels ``(n, p, q)`` of the whole batch (flat ``offs_m``, real where ``m_ok``) and the top-left input
-    pixel ``(h0, w0)`` of each one's window, decoded once; columns: produced channels ``offs_n`` of the group
-    (real where ``n_ok``). ``ROW_VEC``: see :func:`row_length`."""
+    output pixels ``(n, od, p, q)`` of the whole batch (flat ``offs_m``, real where ``m_ok``) and the first input
+    pixel ``(z0, h0, w0)`` of each one's window, decoded once; columns: produced channels ``offs_n`` of the group
+    (real where ``n_ok``). ``ROW_VEC``: see :func:`row_length`.
+
+    The depth arguments are those of :func:`depth_origin`: below 3D ``OD``, ``STRIDE_D`` and ``PAD_D1`` are the
+    constant 1, ``od`` and ``z0`` fold to 0 and the rows decode as a 2D kernel's, with no added division."""
     Q = row_length(Q, ROW_VEC)
-    M = BATCH * P * Q
+    M = BATCH * OD * P * Q
     pid_m, pid_n = swizzle(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(K_G, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     q = offs_m % Q
     p = (offs_m // Q) % P
-    n = offs_m // (Q * P)
+    od = (offs_m // (Q * P)) % OD
+    n = offs_m // (Q * P * OD)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    return offs_m, offs_m < M, n, p, q, p * STRIDE_H - PAD_H, q * STRIDE_W - PAD_W, offs_n, offs_n < K_G
+    return (offs_m, offs_m < M, n, od, p, q, depth_origin(od, STRIDE_D, PAD_D1), p * STRIDE_H - PAD_H,
+            q * STRIDE_W - PAD_W, offs_n, offs_n < K_G)
+
+
+@triton.jit
+def depth_origin(od, STRIDE_D, PAD_D1):
+    """The first input depth ``od * stride_d - pad_d`` of output plane ``od``'s window. The host passes the front
+    padding plus one (``PAD_D1``) so that no padding, as in every 1D/2D problem, is an argument of 1, which
+    Triton's JIT compiles in as a constant (a 0 it would not): with ``od`` the constant 0 the origin folds to 0,
+    and so do the depth bounds checks and addresses built on it."""
+    return od * STRIDE_D + 1 - PAD_D1
+
+
+@triton.jit
+def tap_coords(tap, TD, R, S):
+    """``(t, r, s)`` of flat tap indices ``tap = (t*R + r)*S + s``. With ``TD`` the constant 1 (every 1D/2D filter)
+    ``t`` is ``... % 1``, the constant 0, and ``r = tap // S`` alone: no division more than a 2D decoding."""
+    t = (tap // (R * S)) % TD
+    return t, tap // S - t * R, tap % S
 
 
 @triton.jit
@@ -116,20 +151,28 @@ def row_length(length, ROW_VEC: tl.constexpr):
 
 @triton.jit
 def weight_grad_tile(K_G, C_G, R, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """:func:`volume_weight_grad_tile` of a 2D filter (depth 1): ``(r, s, offs_m, m_ok, offs_n, n_ok)``."""
+    t, r, s, offs_m, m_ok, offs_n, n_ok = volume_weight_grad_tile(K_G, C_G, 1, R, S, BLOCK_M, BLOCK_N)
+    return r, s, offs_m, m_ok, offs_n, n_ok
+
+
+@triton.jit
+def volume_weight_grad_tile(K_G, C_G, TD, R, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The ``[output channels, input channels]`` tile of one tap that a weight-gradient program computes:
     ``program_id(0)`` enumerates (tap, input-channel tile, output-channel tile), output-channel tiles fastest,
-    so that neighbouring programs gather the same input tile. Returns ``(r, s, offs_m, m_ok, offs_n, n_ok)``.
+    so that neighbouring programs gather the same input tile. Returns ``(t, r, s, offs_m, m_ok, offs_n, n_ok)``.
 
-    The tap is reduced modulo ``R*S`` (a no-op on the grid's programs) so that a 1x1 filter, whose ``R`` and
+    The tap is reduced modulo ``TD*R*S`` (a no-op on the grid's programs) so that a 1x1 filter, whose ``R`` and
     ``S`` Triton specializes to the constant 1, has the constant tap 0: the compiler then sees the input
     tile's addresses unshifted and aligned, and vectorises its loads."""
     m_tiles = tl.cdiv(K_G, BLOCK_M)
     n_tiles = tl.cdiv(C_G, BLOCK_N)
     pid = tl.program_id(0)
-    tap = (pid // (m_tiles * n_tiles)) % (R * S)
+    tap = (pid // (m_tiles * n_tiles)) % (TD * R * S)
     offs_m = (pid % m_tiles) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = ((pid // m_tiles) % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
-    return tap // S, tap % S, offs_m, offs_m < K_G, offs_n, offs_n < C_G
+    t, r, s = tap_coords(tap, TD, R, S)
+    return t, r, s, offs_m, offs_m < K_G, offs_n, offs_n < C_G
 
 
 @triton.jit

@@ -4,12 +4,12 @@ A 1x1 convolution with stride 1 and no padding touches each pixel once, so withi
 
 ``OUT[pixel, o] = sum_i ACT[pixel, i] * WT[i, o]``
 
-with ``pixel = (n, hw)`` over the whole batch (``H*W`` merged: dense tensors of either layout have
-``stride_h = W * stride_w``). Forward: ``ACT = x``, ``i`` = input channel, ``o`` = output channel,
-``WT[i, o] = w[o, i]``. Data gradient: ``ACT = dy``, ``i`` = output channel, ``o`` = input channel,
-``WT[i, o] = w[i, o]``. The host passes the weight strides of the reduced and the produced channel
-(swapped between the two directions) and the weight offset of a group; the kernel does not know
-which direction it computes.
+with ``pixel = (n, hw)`` over the whole batch (``H*W`` merged, ``D*H*W`` in 3D: dense tensors of either
+layout have ``stride_h = W * stride_w`` and ``stride_d = H * stride_h``). Forward: ``ACT = x``, ``i`` = input
+channel, ``o`` = output channel, ``WT[i, o] = w[o, i]``. Data gradient: ``ACT = dy``, ``i`` = output channel,
+``o`` = input channel, ``WT[i, o] = w[i, o]``. The host passes the weight strides of the reduced and the
+produced channel (swapped between the two directions) and the weight offset of a group; the kernel does not
+know which direction it computes.
 
 ``A_OFF`` (elements) moves ``ACT`` to a later image: :mod:`.col2im` runs its GEMM on chunks of the batch.
 

@@ -66,10 +66,17 @@ def pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def strides_ncdhw(shape: tuple[int, ...], layout: str) -> tuple[int, int, int, int, int]:
+    """(batch, channel, depth, height, width) strides of a dense 3D, 4D or 5D tensor; the axes a lower rank lacks
+    have stride 0 (their one index is 0)."""
+    s = dense_strides(shape, layout)
+    return (s[0], s[1], *(0,) * (5 - len(s)), *s[2:])
+
+
 def strides_nchw(shape: tuple[int, ...], layout: str) -> tuple[int, int, int, int]:
     """(batch, channel, height, width) strides of a dense 3D or 4D tensor; 1D has height stride 0."""
-    s = dense_strides(shape, layout)
-    return s if len(s) == 4 else (s[0], s[1], 0, s[2])
+    n, c, _, h, w = strides_ncdhw(shape, layout)
+    return n, c, h, w
 
 
 def tile_constexprs(config: TileConfig) -> dict:
@@ -88,9 +95,15 @@ def conv_scalars(g: Geometry) -> dict:
                 DIL_H=g.dil[0], DIL_W=g.dil[1])
 
 
+def depth_scalars(g: Geometry) -> dict:
+    """The depth axis of the kernels that take 3D problems (:func:`~conv_rdna.kernels.common.depth_origin`):
+    sizes, stride, dilation and the front padding plus one, all 1 below 3D, where the JIT compiles them in."""
+    return dict(D=g.d, OD=g.od, TD=g.t, STRIDE_D=g.stride_d, PAD_D1=g.pad_d + 1, DIL_D=g.dil_d)
+
+
 def named(prefix: str, strides) -> dict:
-    """``{prefix}n``, ``{prefix}c``, ``{prefix}h``, ``{prefix}w`` of four strides."""
-    return {f"{prefix}{axis}": v for axis, v in zip("nchw", strides)}
+    """``{prefix}n``, ``{prefix}c``, ``{prefix}h``, ``{prefix}w`` of four strides; with five, ``{prefix}d`` too."""
+    return {f"{prefix}{axis}": v for axis, v in zip("nchw" if len(strides) == 4 else "ncdhw", strides)}
 
 
 def epilogue(problem: ConvProblem) -> dict:
@@ -137,8 +150,8 @@ def phase_output(problem: ConvProblem, first=(0, 0), step=(1, 1)) -> dict:
 
 
 def weight_scalars(problem: ConvProblem) -> dict:
-    """The weight as the general kernels address it: its four strides."""
-    return dict(zip(("swk", "swc", "swr", "sws"), strides_nchw(problem.weight_shape, problem.layout)))
+    """The weight as the general kernels address it: its strides (``swt``: along the filter depth, 0 below 3D)."""
+    return dict(zip(("swk", "swc", "swt", "swr", "sws"), strides_ncdhw(problem.weight_shape, problem.layout)))
 
 
 def forward_weight(problem: ConvProblem) -> dict:

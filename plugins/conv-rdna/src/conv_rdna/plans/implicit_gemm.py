@@ -11,9 +11,9 @@ from ..configs import ArchTable, TileConfig
 from ..kernels.conv3x3 import conv_fwd_3x3
 from ..kernels.gemm1x1 import conv_gemm1x1
 from ..kernels.implicit_gemm import conv_fwd_implicit_gemm
-from .common import (Plan, cdiv, conv_scalars, epilogue, flipped_weight, forward_weight, named, phase_output,
-                     pixel_vector, row_vector, single_phase, strides_nchw, tile_constexprs, tiled_launch,
-                     weight_scalars)
+from .common import (Plan, cdiv, conv_scalars, depth_scalars, epilogue, flipped_weight, forward_weight, named,
+                     phase_output, pixel_vector, row_vector, single_phase, strides_ncdhw, strides_nchw,
+                     tile_constexprs, tiled_launch, weight_scalars)
 
 
 def forward_gemm_args(problem: ConvProblem, config: TileConfig, g: Geometry, weight: dict, output: dict) -> tuple:
@@ -23,7 +23,7 @@ def forward_gemm_args(problem: ConvProblem, config: TileConfig, g: Geometry, wei
     forward convolution of ``dy``), ``weight`` and ``output`` the weight's and the result's scalar arguments."""
     sx = strides_nchw(problem.operand_shapes[0], problem.layout)
     scalars = {**conv_scalars(g), **named("sx", sx), **weight, **output}
-    grid = (cdiv(g.batch * g.p * g.q, config.block_m) * cdiv(g.cout, config.block_n), g.groups)
+    grid = (cdiv(g.pixels, config.block_m) * cdiv(g.cout, config.block_n), g.groups)
     pointers = dict(x_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
     constexprs = {**epilogue(problem), **tile_constexprs(config), "GROUP_M": config.group_m,
                   "ROW_VEC": row_vector(problem.layout, g.q)}
@@ -31,9 +31,13 @@ def forward_gemm_args(problem: ConvProblem, config: TileConfig, g: Geometry, wei
 
 
 def implicit_gemm(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
-    sy = strides_nchw(problem.result_shape, problem.layout)
-    grid, pointers, scalars, constexprs = forward_gemm_args(problem, config, Geometry.of(problem),
-                                                             weight_scalars(problem), named("sy", sy))
+    """Any 1D, 2D or 3D forward convolution: the 2D arguments of :func:`forward_gemm_args` with the depth axis
+    added (extents, stride, padding, dilation, and each tensor's depth stride)."""
+    g = Geometry.of(problem)
+    sy = strides_ncdhw(problem.result_shape, problem.layout)
+    grid, pointers, scalars, constexprs = forward_gemm_args(problem, config, g, weight_scalars(problem),
+                                                             named("sy", sy))
+    scalars.update(depth_scalars(g), sxd=strides_ncdhw(problem.operand_shapes[0], problem.layout)[2])
     return Plan(kernel, config, 1, (tiled_launch(conv_fwd_implicit_gemm, grid, pointers, scalars, constexprs, config),))
 
 
@@ -58,21 +62,31 @@ def conv3x3(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTabl
     return Plan(kernel, config, 1, (tiled_launch(conv_fwd_3x3, grid, pointers, scalars, constexprs, config),))
 
 
+def merged_pixel_stride(strides: tuple[int, ...], g: Geometry) -> int:
+    """The stride of the pixel axis of a dense tensor whose depth, height and width merge into one (a 1x1x1
+    filter at stride 1 reads each pixel once): the width's, which the others are multiples of (0: an axis of
+    size 1 below 3D)."""
+    _, _, sd, sh, sw = strides
+    assert sh in (0, g.w * sw) and sd in (0, g.h * g.w * sw), "dense tensors merge D, H and W"
+    return sw
+
+
 def gemm1x1(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
     g = Geometry.of(problem)
     sa_shape, out_shape = problem.operand_shapes[0], problem.result_shape
-    sa, sy = strides_nchw(sa_shape, problem.layout), strides_nchw(out_shape, problem.layout)
+    sa, sy = strides_ncdhw(sa_shape, problem.layout), strides_ncdhw(out_shape, problem.layout)
     swk, swc, _, _ = strides_nchw(problem.weight_shape, problem.layout)
-    assert sa[2] in (0, g.w * sa[3]) and sy[2] in (0, g.w * sy[3]), "dense tensors merge H and W"
+    pixels = g.d * g.h * g.w
     forward = problem.direction == "fwd"
     c_red, c_out = (g.cin, g.cout) if forward else (g.cout, g.cin)
     sw_red, sw_out = (swc, swk) if forward else (swk, swc)
-    scalars = dict(BATCH=g.batch, HW=g.h * g.w, C_RED=c_red, C_OUT=c_out, A_OFF=0, san=sa[0], sac=sa[1], sap=sa[3],
-                   sw_red=sw_red, sw_out=sw_out, sw_group=g.cout * swk, syn=sy[0], syc=sy[1], syp=sy[3])
-    grid = (cdiv(g.batch * g.h * g.w, config.block_m) * cdiv(c_out, config.block_n), g.groups)
+    sap, syp = merged_pixel_stride(sa, g), merged_pixel_stride(sy, g)
+    scalars = dict(BATCH=g.batch, HW=pixels, C_RED=c_red, C_OUT=c_out, A_OFF=0, san=sa[0], sac=sa[1], sap=sap,
+                   sw_red=sw_red, sw_out=sw_out, sw_group=g.cout * swk, syn=sy[0], syc=sy[1], syp=syp)
+    grid = (cdiv(g.batch * pixels, config.block_m) * cdiv(c_out, config.block_n), g.groups)
     pointers = dict(a_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", y_ptr="out")
-    pixels_contiguous = sa[3] == 1 and sy[3] == 1  # channels first (or one channel)
-    pix_vec = pixel_vector(g.h * g.w, sa[0], sa[1], sy[0], sy[1]) if pixels_contiguous else 1
+    pixels_contiguous = sap == 1 and syp == 1  # channels first (or one channel)
+    pix_vec = pixel_vector(pixels, sa[0], sa[1], sy[0], sy[1]) if pixels_contiguous else 1
     constexprs = {"PIX_VEC": pix_vec, **epilogue(problem), **tile_constexprs(config), "GROUP_M": config.group_m,
-                  "ROW_VEC": row_vector(problem.layout, g.h * g.w)}
+                  "ROW_VEC": row_vector(problem.layout, pixels)}
     return Plan(kernel, config, 1, (tiled_launch(conv_gemm1x1, grid, pointers, scalars, constexprs, config),))
