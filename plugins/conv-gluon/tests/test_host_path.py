@@ -60,6 +60,9 @@ CASES = {  # padded weight copy; phases and zeroed phases; padded dy, float32 pa
     "bwd_data 1x1 stride 2": (ConvProblem("bwd_data", 2, 64, 32, (8, 8), 1, 2, 0, 1), "bwd_data_box"),
     "bwd_weight split, padded dy": (ConvProblem("bwd_weight", 8, 64, 36, (32, 32), 3, 1, 1, 1), "bwd_weight_gather"),
     "bwd_weight rows": (ConvProblem("bwd_weight", 8, 64, 64, (32, 32), 3, 1, 1, 1), "bwd_weight_rows_box"),
+    "bwd_data 3D stride 2, zeroed depth phases": (ConvProblem("bwd_data", 2, 40, 24, (5, 6, 7), (1, 3, 3), 2,
+                                                              (0, 1, 1), 1), "bwd_data_gather"),
+    "bwd_weight 3D split": (ConvProblem("bwd_weight", 4, 16, 36, (8, 16, 16), 3, 1, 1, 1), "bwd_weight_gather"),
 }
 
 
