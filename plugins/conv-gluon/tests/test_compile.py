@@ -44,7 +44,7 @@ def test_3d_is_compiled_in_every_gathering_mode_of_every_direction():
     assert {job.kernel for job in third} == {"fwd_gather", "bwd_data_gather", "bwd_weight_gather"}
     for job in third:
         p = aot.job_plan(job)[1]
-        assert p.depth.t == 3 or job.kernel == "bwd_data_gather", job.id
+        assert p.geometry.t == 3 or job.kernel == "bwd_data_gather", job.id
         assert dict(p.scalars)["Z"] > 1, job.id
 
 

@@ -14,7 +14,6 @@ from conv_core.problem import ConvProblem, element_size
 
 from .. import tiling
 from ..configs import ArchTable, TileConfig
-from ..depth import plane_of, taps
 
 #: Filter rows of the kernels whose k-steps take a whole filter column, its taps sharing one input box (the
 #: ``*_rows_box`` kernels: the forward's tall box, the data gradient at stride 1, the weight gradient's units).
@@ -81,7 +80,7 @@ def int32_issue(problem: ConvProblem, config: TileConfig | None = None) -> str |
     by the table's ``max_workspace_mb``, within 32-bit offsets.)"""
     if problem.direction == "bwd_weight":
         return declines.int32_issue(problem, ("padded output gradient",
-                                              plane_of(problem).pixels * dy_channels(problem)))
+                                              Geometry.of(problem).pixels * dy_channels(problem)))
     if config is not None:
         return declines.int32_issue(problem, ("padded weight", weight_matrix(problem, config).numel))
     return declines.int32_issue(problem)
@@ -178,11 +177,11 @@ def check_kernel(problem: ConvProblem, direction: str, kernel: str, config: Tile
 
 def weight_matrix(problem: ConvProblem, config: TileConfig) -> WeightMatrix:
     """The forward kernel's weight matrix for ``problem`` (the data gradient: all its phases' together)."""
-    g = plane_of(problem)
+    g = Geometry.of(problem)
     if problem.direction == "bwd_data":
-        return WeightMatrix(problem.in_channels, taps(problem), g.cout,
+        return WeightMatrix(problem.in_channels, g.taps, g.cout,
                             tiling.channel_blocks(g.cout, config.block_k) * config.block_k)
-    return WeightMatrix(problem.out_channels, taps(problem), g.cin,
+    return WeightMatrix(problem.out_channels, g.taps, g.cin,
                         tiling.channel_blocks(g.cin, config.block_k) * config.block_k)
 
 

@@ -12,7 +12,6 @@ from conv_core.problem import ConvProblem, element_size
 
 from .. import tiling
 from ..configs import ArchTable, TileConfig
-from ..depth import Depth, depth_of, plane_of
 from .common import WeightMatrix, check_kernel, dense_pixel_strides
 from .forward import Plan, geometry_plan
 
@@ -68,33 +67,32 @@ def make_bwd_data_plan(problem: ConvProblem, kernel: str, config: TileConfig, ta
     phase (:func:`depth_phases`) with every phase of the plane, the launch's depth axis the depth phase's.
     """
     check_kernel(problem, "bwd_data", kernel, config, tab)
-    g, depth = plane_of(problem), depth_of(problem)
+    g = Geometry.of(problem)
     c_total, k_total = problem.in_channels, problem.out_channels
     k_pad = tiling.channel_blocks(g.cout, config.block_k) * config.block_k
     dx_d, dx_h, dx_w = dense_pixel_strides(g.h, g.w)
     phases, zeros = [], []
-    for pd in depth_phases(depth):
+    for pd in depth_phases(g):
         for phase in data_gradient_phases(g):
             ph, pw = phase.rows, phase.cols
             if not (pd.taps and phase.has_taps):
                 zeros.append((pd.phase, *phase.first) if problem.ndim == 3 else phase.first)
                 continue
             # the phase's forward launch: dy's planes in, the depth phase's planes of dx out
-            pg = dataclasses.replace(phase.geometry(g), batch=problem.batch * pd.size)
-            launch_depth = Depth(depth.z, pd.size, len(pd.taps), 1, pd.pad, pd.dil)
-            weight = WeightMatrix(c_total, len(pd.taps) * pg.taps, g.cout, k_pad)
+            pg = dataclasses.replace(phase.geometry(g), d=g.od, od=pd.size, t=len(pd.taps), stride_d=1,
+                                     pad_d=pd.pad, dil_d=pd.dil)
+            weight = WeightMatrix(c_total, pg.taps, g.cout, k_pad)
             p = geometry_plan(kernel.replace("bwd_data", "fwd"), pg, config, tab, dtype=problem.dtype,
                               in_channels=k_total, out_channels=c_total, bias=False, activation=None,
-                              sy=(depth.d * dx_d, g.stride[0] * dx_h, g.stride[1] * dx_w), weight=weight,
-                              y_start=pd.phase * dx_d + ph.phase * dx_h + pw.phase * dx_w, depth=launch_depth,
-                              sy_d=depth.stride * dx_d)
+                              sy=(g.d * dx_d, g.stride[0] * dx_h, g.stride[1] * dx_w), weight=weight,
+                              y_start=pd.phase * dx_d + ph.phase * dx_h + pw.phase * dx_w, sy_d=g.stride_d * dx_d)
             p = dataclasses.replace(p, kernel=kernel)
             phases.append(Phase(p, ph.taps, pw.taps, pd.taps))
     return DataGradPlan(kernel, config, tuple(phases), tuple(zeros), problem.dtype, g)
 
 
-def depth_phases(depth: Depth) -> tuple[PhaseAxis, ...]:
-    """The depth axis's stride phases that have planes (:func:`conv_core.kit.phases.phase_axis`); below 3D one
-    phase of one plane and one tap."""
-    axes = (phase_axis(a, depth.d, depth.t, depth.stride, depth.pad, depth.dil) for a in range(depth.stride))
+def depth_phases(g: Geometry) -> tuple[PhaseAxis, ...]:
+    """The stride phases of ``g``'s depth axis that have planes (:func:`conv_core.kit.phases.phase_axis`); below
+    3D one phase of one plane and one tap."""
+    axes = (phase_axis(a, g.d, g.t, g.stride_d, g.pad_d, g.dil_d) for a in range(g.stride_d))
     return tuple(axis for axis in axes if axis.size)

@@ -12,7 +12,6 @@ from conv_core.problem import ConvProblem, element_size
 
 from .. import tiling
 from ..configs import ArchTable, TileConfig
-from ..depth import FLAT, Depth, depth_of, plane_of
 from ..kernels.codes import A_MODES, ACTIVATIONS
 from ..tiling import TileGrid
 from .common import (TMA_ALIGN, TensorMap, WeightMatrix, a_mode_of, check_kernel, dense_nhwc_strides,
@@ -45,7 +44,8 @@ class Plan:
     stages: int
     #: shared memory bound of the epilogue's staging (0: stores straight from registers)
     staging_bytes: int
-    #: the launch's geometry: the problem's, or a data-gradient phase's (a stride-1 convolution of ``dy``)
+    #: the launch's geometry: the problem's, or a data-gradient phase's (a stride-1 convolution of ``dy``); 3D: its
+    #: depth fields too
     geometry: Geometry
     #: filter rows per k-step: 1, or ``ROWS`` (``fwd_rows_box``: the taps of a filter column share a tall box)
     rows: int = 1
@@ -56,8 +56,6 @@ class Plan:
     boxes: int = 0
     #: the output's descriptor where the epilogue stores by TMA (``fwd_rows_box``, :func:`tma_store_issue`)
     y_map: TensorMap | None = None
-    #: the launch's depth axis (``geometry`` is then its ``(h, w)`` plane, one image per output plane)
-    depth: Depth = FLAT
 
     @property
     def config_name(self) -> str:
@@ -100,23 +98,22 @@ def make_plan(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTa
     """The forward launch of candidate kernel ``kernel`` (``fwd_gather``, ``fwd_box``, ``fwd_rows_box``) with
     ``config``."""
     check_kernel(problem, "fwd", kernel, config, tab)
-    g, depth = plane_of(problem), depth_of(problem)
+    g = Geometry.of(problem)
     sy = dense_pixel_strides(g.p, g.q)
     return geometry_plan(kernel, g, config, tab, dtype=problem.dtype, in_channels=problem.in_channels,
                          out_channels=problem.out_channels, bias=problem.bias, activation=problem.activation,
-                         sy=(depth.z * sy[0], *sy[1:]), weight=weight_matrix(problem, config),
-                         out_dtype=problem.out_dtype, depth=depth, sy_d=sy[0])
+                         sy=(g.od * sy[0], *sy[1:]), weight=weight_matrix(problem, config),
+                         out_dtype=problem.out_dtype, sy_d=sy[0])
 
 
 def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, *, dtype: str, in_channels: int,
                   out_channels: int, bias: bool, activation: str | None, sy: tuple[int, int, int],
-                  weight: WeightMatrix, y_start: int = 0, out_dtype: str | None = None, depth: Depth = FLAT,
-                  sy_d: int = 0) -> Plan:
+                  weight: WeightMatrix, y_start: int = 0, out_dtype: str | None = None, sy_d: int = 0) -> Plan:
     """The launch of the forward kernel on geometry ``g`` (a problem's, or a data-gradient phase's): the
     input dense channels-last with ``in_channels`` channels, the output channels-last with ``out_channels``
-    channels, its ``(image, p, q)`` strides ``sy`` counted in pixels, from its pixel ``y_start``. 3D: ``g`` is the
-    ``(h, w)`` plane with an image per output plane (:func:`conv_gluon.depth.plane_of`), ``depth`` the depth
-    axis, ``sy_d`` the output's plane stride in pixels (``sy[0]`` then steps over whole volumes)."""
+    channels, its ``(image, p, q)`` strides ``sy`` counted in pixels, from its pixel ``y_start``; 3D: ``g``'s depth
+    fields, and ``sy_d`` the output's plane stride in pixels (``sy[0]`` steps over whole volumes). The kernel
+    walks ``g.t`` depth taps of ``TAPS = r s`` each."""
     a_mode = a_mode_of(kernel, g.cin, dtype)
     producer = tab.producers[a_mode]
     bm, bn, bk = config.block_m, config.block_n, config.block_k
@@ -142,13 +139,13 @@ def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, 
         stages, boxes = tiling.fitting_stages(bm, bn, bk, config.stages, element_size(dtype), staging, limit), 0
     ncb = tiling.channel_blocks(g.cin, bk)
     sx = dense_nhwc_strides(g.batch, g.h, g.w, in_channels)  # (a plane, row, pixel)
-    scalars = dict(M=g.pixels, Z=depth.z, P=g.p, Q=g.q, D=depth.d, H=g.h, W=g.w, C_G=g.cin, K_G=g.cout, T=depth.t,
-                   S=g.s, TAPS=g.taps, NCB=ncb, STRIDE_D=depth.stride, STRIDE_H=g.stride[0], STRIDE_W=g.stride[1],
-                   PAD_H=g.pad[0], PAD_W=g.pad[1], DIL_D=depth.dil, DIL_H=g.dil[0], DIL_W=g.dil[1],
-                   sx_n=depth.d * sx[0], sx_d=sx[0], sx_h=sx[1], sx_w=sx[2], sy_n=sy[0], sy_d=sy_d, sy_h=sy[1],
+    scalars = dict(M=g.pixels, Z=g.od, P=g.p, Q=g.q, D=g.d, H=g.h, W=g.w, C_G=g.cin, K_G=g.cout, T=g.t, S=g.s,
+                   TAPS=g.r * g.s, NCB=ncb, STRIDE_D=g.stride_d, STRIDE_H=g.stride[0], STRIDE_W=g.stride[1],
+                   PAD_H=g.pad[0], PAD_W=g.pad[1], DIL_D=g.dil_d, DIL_H=g.dil[0], DIL_W=g.dil[1],
+                   sx_n=g.d * sx[0], sx_d=sx[0], sx_h=sx[1], sx_w=sx[2], sy_n=sy[0], sy_d=sy_d, sy_h=sy[1],
                    sy_w=sy[2], Y_START=y_start, Y_CHANNELS=out_channels, TILES_M=tiles.tiles_m, TILES_N=tiles.tiles_n,
                    NUM_TILES=tiles.num_tiles, TILES_Q=tiles.tiles_q, TILES_IMG=tiles.tiles_img)
-    constexprs = dict(PAD_D=depth.pad, A_MODE=A_MODES[a_mode], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages,
+    constexprs = dict(PAD_D=g.pad_d, A_MODE=A_MODES[a_mode], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages,
                       GROUP_M=config.group_m, BOX_H=box[0], BOX_W=box[1], VEC=tiling.vector_width(g.cin),
                       EVEN_C=g.cin % bk == 0, HAS_BIAS=bias, ACTIVATION=ACTIVATIONS[activation or ""],
                       STAGE_OUT=stage_out, ROWS=rows, ROW_DIL=g.dil[0] if rows > 1 else 0, HALO_H=halo_rows,
@@ -166,7 +163,7 @@ def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, 
                           (1, box[0], box[1], bn))
     regs = tiling.maxnreg(config.num_warps, producer.warps, tab.registers_per_sm, tab.max_registers_per_thread)
     return Plan(kernel, a_mode, config, tiles, tuple(scalars.items()), tuple(constexprs.items()), config.num_warps,
-                regs, weight, w_map, x_map, dtype, stages, staging, g, rows, halo, x_hi_map, boxes, y_map, depth)
+                regs, weight, w_map, x_map, dtype, stages, staging, g, rows, halo, x_hi_map, boxes, y_map)
 
 
 def tma_store_issue(g: Geometry, out_channels: int, sy: tuple[int, int, int], y_start: int, out_size: int,

@@ -13,7 +13,6 @@ from conv_core.problem import ConvProblem, element_size
 
 from .. import tiling
 from ..configs import ArchTable, TileConfig
-from ..depth import FLAT, Depth, depth_of, plane_of
 from ..kernels.codes import A_MODES
 from .common import (TMA_ALIGN, TensorMap, a_mode_of, check_kernel, dense_nhwc_strides, dy_channels,
                      dy_group_channels, rows_box, rows_of)
@@ -73,8 +72,6 @@ class WeightGradPlan:
     halo: int = 0
     #: the result's descriptor (``[splits, K, taps, OUT_TAP]``) where the epilogue stores by TMA
     out_map: TensorMap | None = None
-    #: the problem's depth axis (``geometry`` is then its ``(h, w)`` plane, one image per output plane)
-    depth: Depth = FLAT
 
     @property
     def a_mode(self) -> str:
@@ -181,8 +178,7 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
     ``bwd_weight_rows_box`` (units of a filter column: ``ROWS`` taps share each step's ``dy`` box and two
     stacked ``x`` boxes) and ``config``; ``split_steps`` (k-steps per split) overrides the table's choice (tests)."""
     check_kernel(problem, "bwd_weight", kernel, config, tab)
-    g, depth = plane_of(problem), depth_of(problem)
-    taps = depth.t * g.taps
+    g = Geometry.of(problem)
     x_mode = a_mode_of(kernel, g.cin, problem.dtype)
     producer = tab.weight_grad.producers[x_mode]
     bm, bn, bk = config.block_m, config.block_n, config.block_k
@@ -195,32 +191,32 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
     halo = bk if rows > 1 else 0  # a filter column's unit: a second x box per stage
     numel = math.prod(problem.weight_shape)
     c_pad = tiling.cdiv(g.cin, PARTIAL_CHANNEL_ALIGN) * PARTIAL_CHANNEL_ALIGN
-    partial_numel = problem.out_channels * taps * c_pad
+    partial_numel = problem.out_channels * g.taps * c_pad
     tiles_m, tiles_n = tiling.cdiv(g.cout, bm), tiling.cdiv(g.cin, bn)
-    unit_taps = g.taps // rows  # per depth tap
+    unit_taps = g.r * g.s // rows  # per depth tap
     if split_steps is None:
-        split_steps = tiling.choose_split_steps(tiles_m * tiles_n * g.groups * depth.t * unit_taps, steps,
+        split_steps = tiling.choose_split_steps(tiles_m * tiles_n * g.groups * g.t * unit_taps, steps,
                                                 split_costs(config, tab, kernel, partial_numel, rows))
-    grid = tiling.WeightGradGrid(tiles_m, tiles_n, g.groups, depth.t * unit_taps, steps, split_steps, tiles_q,
+    grid = tiling.WeightGradGrid(tiles_m, tiles_n, g.groups, g.t * unit_taps, steps, split_steps, tiles_q,
                                  tiles_img)
     out_size = element_size(problem.result_dtype) if grid.splits == 1 else 4
     out_tap = g.cin if grid.splits == 1 else c_pad  # dW itself, or a padded partial
     tma_store = weight_tma_store_issue(g, out_tap, out_size, bm) is None
-    stage_out = not tma_store and not tiling.direct_store(g.cin, (taps * out_tap,), 0, out_size)
+    stage_out = not tma_store and not tiling.direct_store(g.cin, (g.taps * out_tap,), 0, out_size)
     staging = tiling.epilogue_bytes(bm, bn, out_size, tma_store, stage_out)
     stages = tiling.fitting_stages(bm, bn, bk, config.stages, element_size(problem.dtype), staging,
                                    spec(tab.name).shared_memory_bytes, halo)
     k_pad = dy_channels(problem)
     sx = dense_nhwc_strides(g.batch, g.h, g.w, problem.in_channels)  # (a plane, row, pixel)
-    scalars = dict(J=g.pixels, Z=depth.z, P=g.p, Q=g.q, D=depth.d, H=g.h, W=g.w, C_G=g.cin, K_G=g.cout, T=depth.t,
-                   S=g.s, TAPS=unit_taps, GROUPS=g.groups, DY_GROUP=dy_group_channels(problem), STRIDE_D=depth.stride,
-                   STRIDE_H=g.stride[0], STRIDE_W=g.stride[1], PAD_H=g.pad[0], PAD_W=g.pad[1], DIL_D=depth.dil,
-                   DIL_H=g.dil[0], DIL_W=g.dil[1], sx_n=depth.d * sx[0], sx_d=sx[0], sx_h=sx[1], sx_w=sx[2],
-                   OUT_ROW=taps * out_tap,
+    scalars = dict(J=g.pixels, Z=g.od, P=g.p, Q=g.q, D=g.d, H=g.h, W=g.w, C_G=g.cin, K_G=g.cout, T=g.t, S=g.s,
+                   TAPS=unit_taps, GROUPS=g.groups, DY_GROUP=dy_group_channels(problem), STRIDE_D=g.stride_d,
+                   STRIDE_H=g.stride[0], STRIDE_W=g.stride[1], PAD_H=g.pad[0], PAD_W=g.pad[1], DIL_D=g.dil_d,
+                   DIL_H=g.dil[0], DIL_W=g.dil[1], sx_n=g.d * sx[0], sx_d=sx[0], sx_h=sx[1], sx_w=sx[2],
+                   OUT_ROW=g.taps * out_tap,
                    OUT_TAP=out_tap, SPLIT_STRIDE=partial_numel, TILES_M=tiles_m, TILES_N=tiles_n,
                    NUM_UNITS=grid.num_units, STEPS=steps, SPLIT_STEPS=split_steps, TILES_Q=tiles_q,
                    TILES_IMG=tiles_img)
-    constexprs = dict(PAD_D=depth.pad, X_MODE=A_MODES[x_mode], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages,
+    constexprs = dict(PAD_D=g.pad_d, X_MODE=A_MODES[x_mode], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages,
                       GROUP_M=config.group_m, BOX_H=box[0] if box else 1, BOX_W=box[1] if box else 1,
                       VEC=tiling.vector_width(g.cin), EVEN_C=g.cin % bn == 0, STAGE_OUT=stage_out, ROWS=rows,
                       ROW_DIL=g.dil[0] if rows > 1 else 0, TMA_STORE=tma_store,
@@ -236,13 +232,13 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
     reduce = SumLaunch(wg.reduce_block, wg.reduce_warps, tiling.cdiv(numel, wg.reduce_block))
     out_map = None
     if tma_store:
-        row = taps * out_tap
-        out_map = TensorMap((grid.splits, problem.out_channels, taps, out_tap),
+        row = g.taps * out_tap
+        out_map = TensorMap((grid.splits, problem.out_channels, g.taps, out_tap),
                             (problem.out_channels * row, row, out_tap, 1), (1, bm, 1, bn))
     return WeightGradPlan(kernel, x_mode, config, grid, tuple(scalars.items()), tuple(constexprs.items()),
                           config.num_warps, limit, dy_map, x_map, k_pad, problem.out_channels, g.pixels,
                           problem.dtype, problem.result_dtype, stages, staging, numel, partial_numel, c_pad, reduce,
-                          g, rows, halo, out_map, depth)
+                          g, rows, halo, out_map)
 
 
 def weight_tma_store_issue(g: Geometry, out_tap: int, out_size: int, block_m: int) -> str | None:
