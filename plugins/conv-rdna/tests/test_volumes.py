@@ -128,3 +128,39 @@ def test_2d_launches_compile_the_depth_in_as_constants(kernel):
         signature, _, _ = specialization.of_launch(launch_, specialization.role_dtypes(problem))
         assert all((signature[name] == "constexpr") == constant for name in depth if name in signature), signature
         assert sum(name in signature for name in depth) >= 5
+
+
+@pytest.mark.parametrize("direction, family", [("fwd", "implicit_gemm"), ("bwd_data", "bwd_data"),
+                                               ("bwd_weight", "bwd_weight"), ("fwd", "depthwise_fwd")])
+def test_tables_see_a_volume_as_its_gemm(direction, family):
+    """A 3D layer takes the bucket of the 2D layer with the same GEMM (pixels x channels x channels per tap):
+    4 x 8 x 8 output pixels an image are 16 x 16 ones."""
+    groups = 64 if family.startswith("depthwise") else 1
+    fields = dict(batch=8, in_channels=64, out_channels=64, groups=groups, padding=1, arch="sm_90")
+    tab = configs.table("sm_90")
+    clip = volume(direction, "bfloat16", "channels_last", input_size=(4, 8, 8), filter_size=3, **fields)
+    image = volume(direction, "bfloat16", "channels_last", input_size=(16, 16), filter_size=3, **fields)
+    assert configs.gemm_view(clip, family)["m"] == configs.gemm_view(image, family)["m"]
+    assert configs.select(tab, family, clip) == configs.select(tab, family, image)
+
+
+@pytest.mark.parametrize("kernel", ["implicit_gemm", "bwd_data_phased", "bwd_weight_split", "depthwise_fwd"])
+def test_estimates_count_the_depth(kernel):
+    """The estimates see every plane and depth tap: a clip of 4 planes of 16 x 16 pixels with a one-plane filter
+    costs what the 32 x 32 image costs (the same pixels, taps and bytes), a three-plane filter about three times
+    the matrix work (a depthwise stencil, bound by memory, barely more than the one-plane filter)."""
+    dw = kernel.startswith("depthwise")
+    tab = configs.table("sm_90")
+
+    def us(size: tuple[int, ...], filter_size: tuple[int, ...]) -> float:
+        padding = tuple((k // 2, k // 2) for k in filter_size)
+        problem = volume(DEPTH_KERNELS[kernel], "bfloat16", "channels_last", batch=8, in_channels=256,
+                         out_channels=256, groups=256 if dw else 1, input_size=size, filter_size=filter_size,
+                         padding=padding, arch="sm_90")
+        config = configs.select(tab, registry.REGISTRY.family_of(kernel), problem)
+        return registry.REGISTRY[kernel].estimate(problem, registry.make_plan(problem, kernel, config, tab), tab)
+
+    one_plane = us((4, 16, 16), (1, 3, 3))
+    if not dw:  # the stencil's pixel blocks are fitted to the plane: another shape, another utilization
+        assert one_plane == pytest.approx(us((32, 32), (3, 3)), rel=0.02)
+    assert us((4, 16, 16), (3, 3, 3)) > (1.0 if dw else 2.0) * one_plane
