@@ -88,11 +88,11 @@ def int32_issue(problem: ConvProblem, config: TileConfig | None = None) -> str |
 
 def box_issue(problem: ConvProblem, config: TileConfig) -> str | None:
     """Why the input cannot come as TMA boxes (``fwd_box``, ``bwd_data_box``, ``bwd_weight_box``), or None."""
-    if problem.ndim == 3:
-        return ("3D: the box kernels load rank-4 TMA boxes [1, BOX_H, BOX_W, C] of an N, H, W, C tensor; 3D would "
-                "need rank-5 descriptors over N, D, H, W, C, boxes [1, 1, BOX_H, BOX_W, C] of one plane at a depth "
-                "coordinate per tap, and box tiles per (image, output plane); not written yet (the gathering "
-                "kernels run 3D)")
+    reason = declines.ndim_issue(problem, (1, 2), elsewhere=f"{problem.direction}_gather")
+    if reason:
+        return (f"{reason}; the box kernels load rank-4 TMA boxes [1, BOX_H, BOX_W, C] of an N, H, W, C tensor, "
+                "and 3D would need rank-5 descriptors over N, D, H, W, C, boxes [1, 1, BOX_H, BOX_W, C] of one plane "
+                "at a depth coordinate per tap, and box tiles per (image, output plane)")
     g = Geometry.of(problem)
     if problem.direction == "bwd_data":  # every phase is a stride-1 convolution of dy (output channels)
         return _box_issue(Geometry(g.batch, g.groups, g.cout, g.cin, g.p, g.q, g.h, g.w, g.r, g.s, (1, 1), g.pad,
