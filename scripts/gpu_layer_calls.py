@@ -12,8 +12,8 @@ ranking's choice with the shipped tables and the autograd around it, and times i
   ``F.conv_transpose*d`` with ``torch.backends.cudnn.benchmark = True`` on the same tensors.
 
 Usage (on the GPU machine): ``python3 scripts/gpu_layer_calls.py --suites video_resnet:8,seg_head_transposed:8
---out DIR [--layouts nhwc,nchw --dtype bf16 --reps 30]``; writes ``DIR/layer_calls.json`` and prints a line per
-layer and a geomean per suite and layout.
+--out DIR [--layouts nhwc,nchw --dtype bf16 --reps 30 --backend rdna]``; writes ``DIR/layer_calls.json`` and
+prints a line per layer and a geomean per suite and layout.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def parse_args(argv):
     p.add_argument("--layouts", default="nhwc,nchw")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--backend", default=None, help="force conv-core's calls onto this backend (default: the ranking)")
     return p.parse_args(argv)
 
 
@@ -56,7 +57,7 @@ def output_padding(problem) -> tuple[int, ...]:
 class LayerCall:
     """One suite layer as two callables on the same operands: conv-core's and PyTorch's."""
 
-    def __init__(self, layer, problem) -> None:
+    def __init__(self, layer, problem, backend: str | None = None) -> None:
         self.layer, self.problem = layer, problem  # problem: what the call's forward solves
         n = problem.ndim
         geometry = dict(stride=problem.stride, dilation=problem.dilation, groups=problem.groups)
@@ -72,11 +73,12 @@ class LayerCall:
             geometry.update(padding=padding)
             self.ours, self.theirs = getattr(conv_core, f"conv{n}d"), getattr(F, f"conv{n}d")
         self.geometry = geometry
+        self.backend = {} if backend is None else {"backend": backend}
 
     def run(self, fn, x, w):
         if self.pads is not None:
             x = F.pad(x, self.pads)
-        return fn(x, w, None, **self.geometry)
+        return fn(x, w, None, **self.geometry, **(self.backend if fn is self.ours else {}))
 
 
 def gradient_problems(call: LayerCall):
@@ -159,7 +161,7 @@ def main(argv=None) -> int:
             for layer in suite.layers:
                 problem = layer.problem(int(batch or suite.default_batch), dtype=DTYPES[args.dtype],
                                         layout=LAYOUTS[layout], direction="fwd", arch=arch)
-                call = LayerCall(layer, problem)
+                call = LayerCall(layer, problem, args.backend)
                 started = time.perf_counter()
                 try:
                     issues = check(call, device)
