@@ -16,6 +16,7 @@ import re
 
 import pytest
 from conv_core.testing.plugin_checks import compile_check_tests
+from conv_core.problem import ConvProblem
 from conv_rdna import aot, configs, registry
 
 JOBS = aot.jobs()
@@ -90,3 +91,19 @@ def test_matrix_instruction_names(compiled):
         if result["expects_matrix"] and result.get("ok"):
             wanted = "v_wmma_f32_16x16x16" if result["job"]["target"].startswith("gfx") else "wgmma.mma_async"
             assert any(m.startswith(wanted) for m in result["matrix"]), result["id"]
+
+
+def test_kernels_with_a_depth_axis_are_compiled_in_3d_on_every_target():
+    """aot.VOLUME_SHAPE compiles each kernel that takes 3D with its depth sizes as arguments (in 2D the JIT compiles
+    them in as 1s), but gemm1x1, whose 3D launch merges the depth into its pixels and is its 2D specialization."""
+    clip = ConvProblem("fwd", 2, 8, 8, (4, 6, 6), 3, 1, 1, 1)
+    volumes = [e.name for e in registry.REGISTRY if e.name != "gemm1x1"
+               and e.issue((clip.replace(groups=8) if "depthwise" in e.name else clip).with_direction(e.directions[0]))
+               is None]
+    compiled = {(job.target, job.kernel) for job in JOBS if job.shape == aot.VOLUME_SHAPE and job.launch == 0}
+    assert len(volumes) == 7 and compiled == {(target, kernel) for target in aot.TARGETS for kernel in volumes}
+
+
+def test_a_backend_taking_1d_2d_gets_no_3d_job():
+    """conv-cdna runs these kernels on 1D/2D problems only: the job list it builds (ranks left at 1D/2D) has none."""
+    assert all(len(aot.SHAPES[job.shape]["input_size"]) < 3 for _, job in aot.specialized_jobs(("sm_90",)))
