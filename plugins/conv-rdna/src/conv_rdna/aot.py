@@ -33,7 +33,7 @@ from conv_core.problem import ConvProblem
 
 from . import configs, specialization, sweep
 from .plans import few_channels, implicit_gemm, winograd, winograd_bwd_weight
-from .registry import CHANNELS_FIRST, DEPTHWISE, PLANES, RANKS, REGISTRY, make_plan, names
+from .registry import CHANNELS_FIRST, DEPTHWISE, GROUPED, PLANES, RANKS, REGISTRY, make_plan, names
 
 #: Compile targets: arch name -> (Triton backend, arch, warp size).
 TARGETS = {
@@ -90,6 +90,12 @@ SHAPES = {
                      padding=2),
     "dw-mult2": dict(batch=2, in_channels=16, out_channels=32, input_size=(15, 15), filter_size=3, stride=2,
                      padding=1),
+    # The grouped kernels only: ResNeXt's 32 groups of 4 channels (tiles of several groups), and 8 groups of 32 at
+    # stride 2 (a tile of one group; the data gradient's four phases).
+    "grouped-c4": dict(batch=4, in_channels=128, out_channels=128, groups=32, input_size=(28, 28), filter_size=3,
+                       padding=1),
+    "grouped-c32": dict(batch=2, in_channels=256, out_channels=256, groups=8, input_size=(14, 14), filter_size=3,
+                        stride=2, padding=1),
     # 3D (the kernels with a depth axis only; the depthwise ones as a depthwise layer): a video clip's layer,
     # strided along the depth (the data gradient's depth phases).
     VOLUME_SHAPE: dict(batch=2, in_channels=32, out_channels=32, input_size=(5, 8, 8), filter_size=3,
@@ -110,12 +116,16 @@ EDGE_SHAPES = {"conv1d": ("float16", "channels_last"), "conv1d-wide": ("bfloat16
                "1x1-s2": ("float16", "channels_first"),
                "dw-mult2": ("bfloat16", "channels_last"), "wino-b1": ("bfloat16", "channels_last"),
                PIXEL_VECTOR_SHAPE: ("bfloat16", "channels_first"), "3x3-s2": ("bfloat16", "channels_first"),
-               PIPELINED_SHAPE: ("bfloat16", "channels_first")}
+               PIPELINED_SHAPE: ("bfloat16", "channels_first"), "grouped-c4": ("bfloat16", "channels_last"),
+               "grouped-c32": ("float16", "channels_first")}
 #: The kernels whose tile rows are channels-first pixels (``PIX_VEC``).
 PIXEL_VECTOR_KERNELS = ("gemm1x1", *names(CHANNELS_FIRST))
 #: Edge shapes compiled for some kernels only.
 SHAPE_KERNELS = {PIXEL_VECTOR_SHAPE: PIXEL_VECTOR_KERNELS, "3x3-s2": names(CHANNELS_FIRST),
-                 PIPELINED_SHAPE: names(CHANNELS_FIRST)}
+                 PIPELINED_SHAPE: names(CHANNELS_FIRST), "grouped-c4": names(GROUPED), "grouped-c32": names(GROUPED)}
+#: Channels per group of the grouped kernels on the other geometries (``mid``: 16 groups of 4, which every
+#: configuration's tile holds, several groups a tile).
+GROUPED_CHANNELS = 4
 
 #: Kernels whose plans run several kernels around one matrix multiply: the name of each launch (in job
 #: ids) and the index of the matrix multiply (the launch that must use the matrix units).
@@ -187,6 +197,10 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     fields = dict(SHAPES[shape], dtype=dtype, layout=layout, arch=arch)
     if depthwise:  # every geometry as a depthwise one
         fields["groups"] = fields["in_channels"]
+    if kernel in names(GROUPED) and "groups" not in fields:  # as groups of GROUPED_CHANNELS
+        if fields["in_channels"] < 2 * GROUPED_CHANNELS:
+            return None
+        fields["groups"] = fields["in_channels"] // GROUPED_CHANNELS
     if kernel in FEW_CHANNELS:  # the few-channel kernels compile on 3 channels (mid: 3 -> 64, 64 -> 3)
         fields[FEW_CHANNELS[kernel]] = min(fields[FEW_CHANNELS[kernel]], 3)
     if kernel == "gemm1x1":

@@ -107,9 +107,8 @@ def winograd_bwd_weight_issue(problem: ConvProblem) -> str | None:
 def grouped_issue(problem: ConvProblem) -> str | None:
     """Why the grouped kernels do not run ``problem``: they take several groups of
     :data:`~conv_rdna.plans.grouped.MIN_CHANNELS` to :data:`~conv_rdna.plans.grouped.MAX_CHANNELS` channels in and
-    out (so never a depthwise problem), 1D and 2D, and the data gradient by stride phase (:func:`phased_issue`)."""
-    if problem.ndim == 3:
-        return "the grouped kernels are 1D/2D only (3D convolutions are not implemented yet)"
+    out (so never a depthwise problem), and the data gradient by stride phase (:func:`phased_issue`); 1D and 2D only
+    (the entries' ``ranks``)."""
     low, high = grouped.MIN_CHANNELS, grouped.MAX_CHANNELS
     cin, cout = problem.in_channels // problem.groups, problem.out_channels // problem.groups
     if problem.groups == 1 or not (low <= cin <= high and low <= cout <= high):

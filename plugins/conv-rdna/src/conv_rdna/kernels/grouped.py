@@ -61,8 +61,11 @@ def conv_fwd_grouped(
     in_ok = (i < GROUPS_PER_TILE * C_G) & (g_in < GROUPS)
     diagonal = (g_in[:, None] == g_out[None, :]) & in_ok[:, None] & out_ok[None, :]
 
-    x_tile = x_ptr + (n * sxn)[:, None] + ((first * C_G + i) * sxc)[None, :]  # [BLOCK_M, BLOCK_K] at tap (0, 0)
-    w_tile = w_ptr + W_OFF + (g_out * swg + (j % K_G) * swo)[None, :] + ((i % C_G) * swi)[:, None]
+    # 1D offsets, combined per tap: 2D address tiles kept across the loop would hold a register per element.
+    x_rows = x_ptr + n * sxn  # [BLOCK_M] each pixel's image
+    x_chans = (first * C_G + i) * sxc  # [BLOCK_K]
+    w_ins = w_ptr + W_OFF + (i % C_G) * swi  # [BLOCK_K] each lane's reduced channel
+    w_outs = g_out * swg + (j % K_G) * swo  # [BLOCK_N] each column's produced channel
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for tap in range(0, R * S):
@@ -71,8 +74,9 @@ def conv_fwd_grouped(
         h = h0 + r * DIL_H
         w = w0 + s * DIL_W
         pix_ok = m_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
-        a = tl.load(x_tile + (h * sxh + w * sxw)[:, None], mask=pix_ok[:, None] & in_ok[None, :], other=0.0)
-        b = tl.load(w_tile + (r * swr + s * sws), mask=diagonal, other=0.0)
+        a = tl.load((x_rows + h * sxh + w * sxw)[:, None] + x_chans[None, :], mask=pix_ok[:, None] & in_ok[None, :],
+                    other=0.0)
+        b = tl.load((w_ins + r * swr + s * sws)[:, None] + w_outs[None, :], mask=diagonal, other=0.0)
         acc = mma(a, b, acc, INTERPRET)
 
     # Epilogue in float32: bias, activation, one rounding to the output dtype.
