@@ -11,12 +11,14 @@ came in.
 
 from __future__ import annotations
 
+import conv_core
 import pytest
 import torch
+import torch.nn.functional as F
 from conv_core.problem import ConvProblem
 from conv_rdna import configs, launch, registry, specialization
 from test_depthwise import check as check_depthwise
-from test_kernels import LAYOUTS, check, table
+from test_kernels import DEVICE, LAYOUTS, check, table
 
 #: Geometries of the general kernels; the first has 3 blocks of 16 output pixels (three splits all work).
 GENERAL = {
@@ -164,3 +166,39 @@ def test_estimates_count_the_depth(kernel):
     if not dw:  # the stencil's pixel blocks are fitted to the plane: another shape, another utilization
         assert one_plane == pytest.approx(us((32, 32), (3, 3)), rel=0.02)
     assert us((4, 16, 16), (3, 3, 3)) > (1.0 if dw else 2.0) * one_plane
+
+
+def test_a_3d_block_trains_through_the_public_api(monkeypatch):
+    """A video block (a strided 3x3x3 convolution, a depthwise one, a pointwise one; NDHWC) runs forward and
+    backward through ``conv_core.conv3d`` on the rdna backend, every direction on rdna's kernels, with the
+    input's and every weight's gradient as float64 autograd gives them."""
+    ran, run = [], launch.run
+
+    def spy(problem, *args, **kwargs):
+        ran.append((problem.direction, problem.groups))
+        return run(problem, *args, **kwargs)
+
+    monkeypatch.setattr(launch, "run", spy)
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 6, 6, dtype=torch.float64)
+    weights = [torch.randn(8, 3, 3, 3, 3, dtype=torch.float64) / 9, torch.randn(8, 1, 3, 3, 3, dtype=torch.float64) / 5,
+               torch.randn(4, 8, 1, 1, 1, dtype=torch.float64) / 3]
+    layers = [dict(stride=(2, 1, 2), padding=1), dict(padding=1, groups=8), dict()]
+    dy = torch.randn(2, 4, 3, 6, 3, dtype=torch.float64)
+
+    def gradients(conv, dtype):
+        def leaf(t):
+            return t.to(DEVICE, dtype).clone(memory_format=torch.channels_last_3d).requires_grad_()
+
+        xs, ws = leaf(x), [leaf(w) for w in weights]
+        y = xs
+        for w, layer in zip(ws, layers):
+            y = conv(y, w, **layer)
+        y.backward(dy.to(DEVICE, dtype))
+        return [t.grad.double().cpu() for t in (xs, *ws)]
+
+    expected = gradients(F.conv3d, torch.float64)
+    got = gradients(lambda y, w, **layer: conv_core.conv3d(y, w, backend="rdna", **layer), torch.float32)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4 * e.abs().max().item())
+    assert {(d, g) for d in ("fwd", "bwd_data", "bwd_weight") for g in (1, 8)} <= set(ran)
