@@ -17,8 +17,8 @@ sweeps); ``program_id(1)`` is the group. The reduction is one flat loop over ``t
 few channels. Every tensor is addressed through its strides: NC(D)HW and N(D)HWC are read and written in
 place. 1D and 2D convolutions run as depth 1 (``D = OD = TD = 1``, which the JIT compiles in: the depth
 arithmetic folds away, :func:`~.common.depth_origin`), 1D ones also as ``H = 1``. So the depth sizes stay
-specialised (not in :data:`~.common.SIZES`): a 3D clip length compiles the kernel again only when it changes
-class (1, a multiple of 16, neither), which costs no division in the row decoding.
+specialised (not in :data:`~.common.SIZES`), for 1D/2D to carry no depth arithmetic: a 3D clip length compiles
+the kernel again only when it changes class (1, a multiple of 16, neither).
 """
 
 import triton.language as tl
