@@ -101,6 +101,13 @@ def depth_scalars(g: Geometry) -> dict:
     return dict(D=g.d, OD=g.od, TD=g.t, STRIDE_D=g.stride_d, PAD_D1=g.pad_d + 1, DIL_D=g.dil_d)
 
 
+def tap_steps(g: Geometry) -> dict:
+    """``STEP_T``, ``STEP_R``, ``STEP_S``: how far apart the taps of a data-gradient stride phase are along each
+    axis, as the phased kernels take them."""
+    return {f"STEP_{axis}": stride // math.gcd(stride, dil)
+            for axis, stride, dil in zip("TRS", (g.stride_d, *g.stride), (g.dil_d, *g.dil))}
+
+
 def named(prefix: str, strides) -> dict:
     """``{prefix}n``, ``{prefix}c``, ``{prefix}h``, ``{prefix}w`` of four strides; with five, ``{prefix}d`` too."""
     return {f"{prefix}{axis}": v for axis, v in zip("nchw" if len(strides) == 4 else "ncdhw", strides)}

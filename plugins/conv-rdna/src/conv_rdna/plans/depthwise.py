@@ -18,8 +18,7 @@ from conv_core.problem import ConvProblem
 from ..configs import ArchTable, depthwise_split_count
 from ..kernels.depthwise import conv_dw_bwd_data, conv_dw_bwd_weight, conv_dw_fwd
 from .common import (Plan, cdiv, depth_scalars, epilogue, named, pow2_at_least, reduce_launch, strides_ncdhw,
-                     tiled_launch)
-from .gradients import tap_steps
+                     tap_steps, tiled_launch)
 
 
 def fit_pixel_block(block_h: int, block_w: int, rows: int, cols: int) -> tuple[int, int]:

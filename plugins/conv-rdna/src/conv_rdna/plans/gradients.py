@@ -14,13 +14,7 @@ from ..configs import ArchTable, TileConfig, split_count
 from ..kernels.bwd_data import conv_bwd_data_phased
 from ..kernels.bwd_weight import conv_bwd_weight_partial
 from .common import (Plan, cdiv, conv_scalars, depth_scalars, divisors, named, pixel_ranges, reduce_launch,
-                     row_vector, strides_ncdhw, tile_constexprs, tiled_launch, weight_scalars)
-
-
-def tap_steps(g: Geometry) -> dict:
-    """``STEP_T``, ``STEP_R``, ``STEP_S``: how far apart a stride phase's taps are along each axis."""
-    return {f"STEP_{axis}": stride // math.gcd(stride, dil)
-            for axis, stride, dil in zip("TRS", (g.stride_d, *g.stride), (g.dil_d, *g.dil))}
+                     row_vector, strides_ncdhw, tap_steps, tile_constexprs, tiled_launch, weight_scalars)
 
 
 def bwd_data_phased(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
