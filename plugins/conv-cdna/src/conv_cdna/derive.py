@@ -7,7 +7,8 @@ finds least slow over the layers of conv-core's suites falling in it: the smalle
 each layer, every layout and direction of the family. A tile the chip cannot hold (LDS, 512 registers a lane) or
 whose ``BLOCK_K`` is below its matrix instruction's is never a choice, nor one the compile checks found too big for
 the chip (``data/rejected.json``, written by ``python -m conv_cdna.aot --record``). Consecutive buckets with one tile
-merge.
+merge. The grouped families also choose among tiles as narrow as their groups (:data:`GROUPED_MENU`), and their last
+bucket takes a tile that holds the widest group they are offered (:func:`holds_every_group`).
 
 The rest follows rules, written here once: the stencil (depthwise) tiles are conv-rdna's H100 ones with the same
 threads (half the warps: 64 lanes a wave); the split rules aim at two workgroups per CU (four for the stencils and
@@ -25,6 +26,7 @@ from conv_core.suites import available_suites, suite_problems
 from conv_rdna import configs as rdna_configs
 from conv_core.kit.tables import Bucket
 from conv_rdna.configs import TileConfig, config_dict, gemm_view
+from conv_rdna.plans.grouped import MAX_CHANNELS
 from conv_rdna.registry import REGISTRY
 
 from . import model
@@ -41,12 +43,21 @@ MENU = (
     (128, 32, 64, 4, 2), (64, 32, 64, 4, 2), (256, 32, 32, 4, 2), (128, 16, 64, 4, 2), (256, 16, 32, 4, 2),
     (128, 64, 32, 4, 2), (64, 64, 32, 4, 2), (128, 64, 64, 8, 2), (64, 64, 64, 8, 2), (64, 32, 64, 8, 2),
 )
+#: Narrow tiles offered to the grouped families only (a tile holds whole groups of 2 to 64 channels: 16 to 64 columns
+#: and reduction lanes; the weight gradient's 16 to 64 output x input channels over 64 or 128 pixels a step), so that
+#: the other families' choices stay the menu's.
+GROUPED_MENU = {
+    "grouped": ((128, 16, 16, 4, 2), (256, 16, 16, 4, 2), (128, 16, 32, 4, 2), (128, 32, 32, 4, 2),
+                (64, 32, 32, 4, 2)),
+    "grouped_bwd_weight": ((16, 16, 128, 4, 2), (16, 16, 64, 4, 2), (32, 32, 128, 4, 2), (32, 32, 64, 4, 2)),
+}
 GROUP_M = 8
 
 #: Each tiled family's buckets before the choice, in order (the last has no condition).
 _GEMM = ({"max_red": 16}, {"max_n": 16}, {"max_n": 32}, {"max_n": 64}, {})
 _WEIGHT = ({"max_n": 32}, {"max_m": 64}, {})
 _FEW = ({"max_n": 16}, {"max_n": 32}, {"max_n": 64}, {})
+_GROUPED = ({"max_n": 16, "max_red": 16}, {"max_n": 32, "max_red": 32}, {})  # channels per group, as conv-rdna's
 BUCKETS = {
     "implicit_gemm": _GEMM, "conv3x3": _GEMM, "gemm1x1": _GEMM, "bwd_data": _GEMM, "col2im_bwd_data": _GEMM,
     "implicit_gemm_cf": _GEMM, "winograd": _GEMM[3:],
@@ -54,6 +65,7 @@ BUCKETS = {
     "few_channels_in_bwd_weight": _WEIGHT, "few_channels_out_bwd_weight": _WEIGHT,
     "few_channels_in": _FEW, "few_channels_out": _FEW, "few_channels_in_bwd_data": _FEW,
     "few_channels_out_bwd_data": _FEW,
+    "grouped": _GROUPED, "grouped_bwd_weight": ({"max_m": 16, "max_n": 16}, {"max_m": 32, "max_n": 32}, {}),
 }
 #: What the compiler rejected (read once: the derivation is one process).
 REJECTED = rejected()
@@ -102,9 +114,17 @@ def family_times(arch: str, family: str, problems: list, tab, menu: list[TileCon
     return found
 
 
+def holds_every_group(family: str, config: TileConfig) -> bool:
+    """Whether ``config`` runs every problem of ``family``: the grouped kernels' last bucket must hold a group of the
+    most channels they take (:data:`conv_rdna.plans.grouped.MAX_CHANNELS`, in and out), which the suites need not
+    have."""
+    widths = {"grouped": (config.block_n, config.block_k), "grouped_bwd_weight": (config.block_m, config.block_n)}
+    return min(widths.get(family, (MAX_CHANNELS,))) >= MAX_CHANNELS
+
+
 def choose(arch: str, family: str, problems: list, tab) -> list[dict]:
     """The family's buckets on ``arch``: per bucket the tile of least mean ratio to each layer's best."""
-    menu = [c for c in map(config_of, MENU) if fits(arch, family, c)]
+    menu = [c for c in map(config_of, MENU + GROUPED_MENU.get(family, ())) if fits(arch, family, c)]
     rows = family_times(arch, family, problems, tab, menu)
     conditions = BUCKETS[family]
     by_bucket: list[list[dict]] = [[] for _ in conditions]
@@ -117,7 +137,7 @@ def choose(arch: str, family: str, problems: list, tab) -> list[dict]:
         if not members and when:
             continue
         members = members or [times for times, _ in rows]
-        shared = [c for c in menu if all(c in times for times in members)]
+        shared = [c for c in menu if all(c in times for times in members) and (when or holds_every_group(family, c))]
         best = min(shared, key=lambda c: (fmean(t[c] / min(t.values()) for t in members), MENU_ORDER[c]))
         if chosen and chosen[-1]["config"] == best:
             chosen.pop()
@@ -125,7 +145,7 @@ def choose(arch: str, family: str, problems: list, tab) -> list[dict]:
     return [{**({"when": b["when"]} if "when" in b else {}), "config": config_dict(b["config"])} for b in chosen]
 
 
-MENU_ORDER = {config_of(entry): i for i, entry in enumerate(MENU)}
+MENU_ORDER = {config_of(entry): i for i, entry in enumerate(MENU + sum(GROUPED_MENU.values(), ()))}
 
 
 def _same_threads(block: dict) -> dict:

@@ -32,7 +32,7 @@ from conv_rdna.configs import DEPTHWISE_FAMILIES, TileConfig
 from conv_rdna.plans import winograd, winograd_bwd_weight
 from conv_rdna.plans.common import COMPILER_DIVISIBILITY, Plan
 from conv_rdna.plans.few_channels import few_cout_work
-from conv_rdna.registry import REGISTRY
+from conv_rdna.registry import GROUPED, REGISTRY, names
 
 from .chips import DATA, HIDING_WAVES, Chip
 
@@ -62,6 +62,8 @@ def work(problem: ConvProblem, p: Plan) -> tuple[float, float, int]:
         utilization = rdna_estimates.depthwise_utilization(problem, p)
     elif p.kernel in FEW_COUT_KERNELS:
         utilization, reads = few_cout_work(problem, p.config)
+    elif p.kernel in names(GROUPED):  # the block diagonal's zeros are unused work (conv_rdna.estimates)
+        utilization = rdna_estimates.grouped_utilization(problem, p)
     elif p.kernel in WINOGRAD:
         module = WINOGRAD[p.kernel]
         flops = module.winograd_flops(problem)
