@@ -8,6 +8,7 @@ gradient is split in 3 (the float32 workspace and the ordered sum) but once, whe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -55,7 +56,7 @@ def tile(problem: ConvProblem) -> configs.TileConfig:
 
 def table(splits: int) -> configs.ArchTable:
     tab = configs.table(configs.INTERPRETER)
-    return configs.dataclasses.replace(tab, split=configs.SplitRule(10**9, splits, 1))
+    return dataclasses.replace(tab, split=configs.SplitRule(10**9, splits, 1))
 
 
 def check(problem: ConvProblem, splits: int = 3):
