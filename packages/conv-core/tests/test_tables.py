@@ -124,3 +124,17 @@ def test_split_merges_into_the_shipped_tables(tmp_path):
     assert merged == {(KEY, "rdna:implicit_gemm:a"): 7.0, (KEY, "rdna:gemm1x1:b"): 5.0,
                       (OTHER, "rdna:implicit_gemm:a"): 3.0}
     assert read_runs(shipped / "rdna_sm_90.json") == ["log #17", "log #23"]
+
+
+def test_combine_adds_a_new_suites_times_for_aten_too(tmp_path):
+    """A plugin displaces aten only where both were measured: a bench of new layers adds aten's times too."""
+    old = tmp_path / "tables"
+    write_entries(old / "aten_sm_90.json", [entry("aten:native:default", 10.0)])
+    write_entries(old / "rdna_sm_90.json", [entry("rdna:implicit_gemm:a", 8.0)])
+    bench = bench_file(tmp_path / "b.json", {(OTHER, "aten:native:default"): 12.0, (OTHER, "rdna:grouped:g"): 6.0,
+                                             (OTHER, "torch"): 11.0})
+    tables.combine(old, tmp_path / "out", [bench])
+    aten = {(e.problem, e.kernel): e.us for e in read_entries(tmp_path / "out" / "aten_sm_90.json")}
+    rdna = {(e.problem, e.kernel): e.us for e in read_entries(tmp_path / "out" / "rdna_sm_90.json")}
+    assert aten == {(KEY, "aten:native:default"): 10.0, (OTHER, "aten:native:default"): 12.0}
+    assert rdna == {(KEY, "rdna:implicit_gemm:a"): 8.0, (OTHER, "rdna:grouped:g"): 6.0}

@@ -106,7 +106,9 @@ def folded(entries: list[Entry], again: dict[tuple[str, str], float], fold: Fold
 def added(entries: list[Entry], backend: str, again: dict[tuple[str, str], float], fold: Fold) -> list[Entry]:
     """Entries for ``backend``'s kernels the table lacks: the bench's times, then the sweep's.
 
-    A kernel family added after the table was measured then ranks on a measurement, never on its estimate.
+    A kernel family added after the table was measured then ranks on a measurement, never on its estimate;
+    a suite added after it gets aten's times as well as the plugin's, since a plugin displaces aten only
+    where both were measured.
     """
     template = entries[0]
     known = {(e.problem, e.kernel) for e in entries}
@@ -146,8 +148,9 @@ def combine(tables: str | Path, out: str | Path, benches: list[str], fold: Fold 
         written[name] = len(entries)
     for path in paths:
         entries = folded(read_entries(path), again, fold)
-        if not path.name.startswith("aten_") and entries:
-            entries += added(entries, path.name.split("_", 1)[0], again, fold)
+        backend = path.name.split("_", 1)[0]
+        if entries:  # aten too: a plugin displaces it only where both were measured (a sweep is a plugin's)
+            entries += added(entries, backend, again, fold if backend != "aten" else replace(fold, sweep=None))
         write_entries(Path(out) / path.name, entries, runs=with_run(read_runs(path), run))
         written[path.name] = len(entries)
     return written
