@@ -139,15 +139,20 @@ def test_default_suites_cover_every_suite_where_the_new_families_occur():
     found = families_by_suite(selection)
     for family in NEW_FAMILIES:
         assert found[family] == everywhere[family], family
-    assert found["few_channels_in"] == {"resnet50", "sd_vae_decoder", "sd_vae_encoder", "convnext_block"}  # stems
-    assert found["few_channels_out"] == {"sd_vae_decoder", "sd_vae_encoder"}  # conv_out 128 -> 3, 512 -> 8
-    assert found["few_channels_in_bwd_weight"] == found["few_channels_in"]
-    assert found["few_channels_out_bwd_weight"] == found["few_channels_out"]
+    # 2D only (the 3D suites' stems are the general kernels'); resnext_stage: groups of at most 8 channels
+    stems = {"resnet50", "sd_vae_decoder", "sd_vae_encoder", "convnext_block", "seg_head_transposed",
+             "audio_frontend", "resnext_stage"}
+    assert found["few_channels_in"] == found["few_channels_in_bwd_weight"] == stems
+    # conv_out 128 -> 3, 512 -> 8, outc 64 -> 2, pix2pix's transposed 128 -> 3
+    outputs = {"sd_vae_decoder", "sd_vae_encoder", "seg_head_transposed", "resnext_stage"}
+    assert found["few_channels_out"] == found["few_channels_out_bwd_weight"] == outputs
     # stride 1 only: not the stems; the SD-VAE's conv_in, conv_out and 1x1 latent layers
-    assert found["few_channels_in_bwd_data"] == found["few_channels_out_bwd_data"] == {"sd_vae_decoder",
-                                                                                       "sd_vae_encoder"}
-    assert found["depthwise_fwd"] == found["depthwise_bwd_weight"] == {"convnext_block"}
-    assert found["winograd"] == {"resnet50", "sd_vae_decoder", "sd_vae_encoder", "retinanet_head"}
+    assert found["few_channels_in_bwd_data"] == {"sd_vae_decoder", "sd_vae_encoder", "resnext_stage"}
+    assert found["few_channels_out_bwd_data"] == outputs
+    assert found["depthwise_fwd"] == found["depthwise_bwd_weight"] == {"convnext_block", "audio_frontend"}
+    assert found["winograd"] == {"resnet50", "sd_vae_decoder", "sd_vae_encoder", "retinanet_head",
+                                 "seg_head_transposed"}
+    assert found["grouped"] == {"resnext_stage"}
     shipped = {"resnet50", "sd_vae_decoder", "retinanet_head"}
     assert found["implicit_gemm"] == found["bwd_weight"] == shipped
     assert found["gemm1x1"] <= shipped  # the RetinaNet head has no 1x1 layer

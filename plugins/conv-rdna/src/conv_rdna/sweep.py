@@ -60,6 +60,11 @@ DEFAULT_SUITES = {
     "retinanet_head:2": FAMILIES,  # 3x3 towers (winograd); no few-channel or depthwise layer
     "sd_vae_encoder:1": SPECIFIC_FAMILIES,  # conv_in 3 -> 128, conv_out 512 -> 8, quant_conv 8 -> 8, 3x3
     "convnext_block:32": SPECIFIC_FAMILIES,  # depthwise 7x7 at 56..7 (96..768 channels), the stem 3 -> 96 4x4/4
+    "video_resnet:8": SPECIFIC_FAMILIES,  # the 3D stem 3 -> 45 (1x7x7)
+    "vae3d_decoder:1": SPECIFIC_FAMILIES,  # 3D: conv_in 16 -> 512, conv_out 128 -> 3
+    "seg_head_transposed:8": SPECIFIC_FAMILIES,  # the 3x3 double convs (winograd), outc 64 -> 2, pix2pix's 3 -> 128
+    "resnext_stage:32": SPECIFIC_FAMILIES,  # grouped 3x3 of 2 to 48 channels per group
+    "audio_frontend:8": SPECIFIC_FAMILIES,  # the 1 -> 512 stem, the Conformer's depthwise k31
 }
 
 
