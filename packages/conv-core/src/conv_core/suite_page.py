@@ -197,9 +197,11 @@ def render(runs: list[Run], backend: str, title: str, regenerate: str, targets: 
                      f"{fmt(geomean([x['speedup'] for x in f]), 3, 'x')} | {run.name} |")
     first = [x for stem, f in facts.items() if suite_of(stem) in ISSUE3_SUITES for x in f]
     others = [x for stem, f in facts.items() if suite_of(stem) not in ISSUE3_SUITES for x in f]
-    lines += ["", "## Targets", "", f"Issue 3's, on {', '.join(ISSUE3_SUITES)}:", "", *verdicts(first, targets)]
+    lines += ["", "## Targets"]
+    if first:
+        lines += ["", f"Issue 3's, on {', '.join(ISSUE3_SUITES)}:", "", *verdicts(first, targets)]
     if others:
-        lines += ["", "Issue 24's, on the other suites:", "", *new_kind_verdicts(others),
+        lines += ["", "Issue 24's, on the suites it added:", "", *new_kind_verdicts(others),
                   *verdicts(others, targets)[3:]]  # the ranking's lines
     lines += ["", *runs_section(used)]
     for stem, run in chosen:
