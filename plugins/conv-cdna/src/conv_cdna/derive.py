@@ -26,6 +26,7 @@ from conv_core.suites import available_suites, suite_problems
 from conv_rdna import configs as rdna_configs
 from conv_core.kit.tables import Bucket
 from conv_rdna.configs import TileConfig, config_dict, gemm_view
+from conv_rdna.plans import few_channels
 from conv_rdna.plans.grouped import MAX_CHANNELS
 from conv_rdna.registry import REGISTRY
 
@@ -114,6 +115,17 @@ def family_times(arch: str, family: str, problems: list, tab, menu: list[TileCon
     return found
 
 
+#: Families run by the few-output-channel kernel, whose tile's columns hold every tap of a filter it takes.
+FEW_COUT_FAMILIES = frozenset(e.family for e in REGISTRY if e.plan is few_channels.few_cout)
+
+
+def holds_every_filter(family: str, config: TileConfig) -> bool:
+    """Whether ``config`` runs every filter ``family`` takes: the few-output-channel kernel puts a filter's taps
+    (up to :data:`~conv_rdna.plans.few_channels.FEW_COUT_MIN_BLOCK_N`) in one tile's columns, whatever the bucket
+    (the buckets split by the GEMM's sizes, not by taps), and the suites need not have the largest filter."""
+    return family not in FEW_COUT_FAMILIES or config.block_n >= few_channels.FEW_COUT_MIN_BLOCK_N
+
+
 def holds_every_group(family: str, config: TileConfig) -> bool:
     """Whether ``config`` runs every problem of ``family``: the grouped kernels' last bucket must hold a group of the
     most channels they take (:data:`conv_rdna.plans.grouped.MAX_CHANNELS`, in and out), which the suites need not
@@ -124,7 +136,8 @@ def holds_every_group(family: str, config: TileConfig) -> bool:
 
 def choose(arch: str, family: str, problems: list, tab) -> list[dict]:
     """The family's buckets on ``arch``: per bucket the tile of least mean ratio to each layer's best."""
-    menu = [c for c in map(config_of, MENU + GROUPED_MENU.get(family, ())) if fits(arch, family, c)]
+    menu = [c for c in map(config_of, MENU + GROUPED_MENU.get(family, ()))
+            if fits(arch, family, c) and holds_every_filter(family, c)]
     rows = family_times(arch, family, problems, tab, menu)
     conditions = BUCKETS[family]
     by_bucket: list[list[dict]] = [[] for _ in conditions]
