@@ -252,7 +252,7 @@ def test_single_input_channel_gets_the_general_kernels_too(monkeypatch):
 def test_why_the_depthwise_kernels_do_not_apply():
     assert registry.depthwise_issue(hook_problem()) is None
     assert "groups=4 != in_channels=8" in registry.depthwise_issue(hook_problem(groups=4))
-    assert "1D/2D only" in registry.depthwise_issue(hook_problem(input_size=(5, 5, 5)))
+    assert registry.depthwise_issue(hook_problem(input_size=(5, 5, 5))) is None  # 3D too
     grouped = hook_problem(groups=4)
     assert "depthwise_fwd" not in candidates.kernels_for(grouped)
 
