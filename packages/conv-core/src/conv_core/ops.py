@@ -166,8 +166,9 @@ _lib.define("conv(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[]
             "int groups, str activation, ScalarType? out_dtype, str backend) -> Tensor")
 
 
-def _plugin_wins(args: ConvArgs, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether the eager path would run a plugin kernel for this layer (in some direction it needs)."""
+def _route_wins(args, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, route_of) -> bool:
+    """Whether the eager path would run a plugin kernel for this layer (in some direction it needs), decided once
+    per signature from ``route_of(needs_grad)`` (a route, never timed) and kept in the engine's traced cache."""
     sizes = (*input.shape, *input.stride(), *weight.shape)
     if not all(type(v) is int for v in sizes):  # symbolic: no ranking can speak for every size
         return False
@@ -179,10 +180,17 @@ def _plugin_wins(args: ConvArgs, input: torch.Tensor, weight: torch.Tensor, bias
     traced = get_engine().calls.traced
     wins = traced.get(key)
     if wins is None:
-        check_call(args.ndim, input, weight, bias, args)
-        route = build_route(args, input, weight, bias, needs_grad, may_time=False)
-        wins = traced[key] = not route.direct
+        wins = traced[key] = not route_of(needs_grad).direct
     return wins
+
+
+def _plugin_wins(args: ConvArgs, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """:func:`_route_wins` of a convolution, its arguments checked as the eager path checks them."""
+
+    def route_of(needs_grad: bool):
+        check_call(args.ndim, input, weight, bias, args)
+        return build_route(args, input, weight, bias, needs_grad, may_time=False)
+    return _route_wins(args, input, weight, bias, route_of)
 
 
 def _needs_grad(input, weight, bias) -> bool:
@@ -218,21 +226,10 @@ _lib.define("conv_transpose(Tensor input, Tensor weight, Tensor? bias, int[] str
 
 def _transposed_plugin_wins(args: TransposedArgs, input: torch.Tensor, weight: torch.Tensor,
                             bias: torch.Tensor | None) -> bool:
-    """Whether the eager path would run a plugin kernel for this transposed layer (in some direction it needs)."""
-    sizes = (*input.shape, *input.stride(), *weight.shape)
-    if not all(type(v) is int for v in sizes) or not args.expressible:
-        return False
-    if input.numel() == 0 or weight.numel() == 0:
-        return False
-    needs_grad = _needs_grad(input, weight, bias)
-    key = TracedKey(args, tuple(input.shape), input.stride(), input.dtype, str(input.device), tuple(weight.shape),
-                    None if bias is None else bias.dtype, needs_grad, torch.are_deterministic_algorithms_enabled())
-    traced = get_engine().calls.traced
-    wins = traced.get(key)
-    if wins is None:
-        route = build_transposed_route(args, input, weight, bias, needs_grad, may_time=False)
-        wins = traced[key] = not route.direct
-    return wins
+    """:func:`_route_wins` of a transposed convolution (never where no convolution's data gradient computes it)."""
+    return args.expressible and _route_wins(
+        args, input, weight, bias,
+        lambda needs_grad: build_transposed_route(args, input, weight, bias, needs_grad, may_time=False))
 
 
 def _conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation, activation, out_dtype,
