@@ -26,7 +26,7 @@ PACKAGE_GLOBS = ("packages/*/pyproject.toml", "plugins/*/pyproject.toml")
 
 
 def requirement_name(requirement: str) -> str:
-    """The normalised project name a PEP 508 requirement asks for (``conv_rdna>=0.1; python_version...`` -> ``conv-rdna``)."""
+    """The normalised project name a PEP 508 requirement asks for (``conv_rdna>=0.1; ...`` -> ``conv-rdna``)."""
     match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
     if match is None:
         raise ValueError(f"not a requirement: {requirement!r}")

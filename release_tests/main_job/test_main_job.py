@@ -103,7 +103,8 @@ def test_a_failed_verdict_says_what_failed_and_exits_1(failed, right, why):
 
 
 def fresh_clone(destination: Path) -> Path:
-    """The checkout as a new user gets it: ``git clone`` (committed files only), or its files where it is no repository."""
+    """The checkout as a new user gets it: ``git clone`` (committed files only), or its files where it is no
+    repository."""
     if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode == 0:
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(destination)], check=True)
     else:

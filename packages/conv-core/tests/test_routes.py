@@ -182,29 +182,6 @@ def test_unbatched_and_noncontiguous_inputs():
     torch.testing.assert_close(conv_core.conv2d(view, w, b, padding=1), F.conv2d(view, w, b, padding=1))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(padding=1.5), r"padding=1\.5 must be an int, a tuple of ints, 'same' or 'valid'"),
-    (dict(stride=1.5), r"stride=1\.5 must be an int or a tuple of 2 ints"),
-    (dict(dilation=(1, 2, 3)), r"dilation=\(1, 2, 3\) must have 2 entries"),
-    (dict(groups=0), r"groups=0 must be a positive int"),
-    (dict(out_dtype="int8"), r"out_dtype='int8': dtype int8 is not supported"),
-    (dict(backend="nonexistent"), r"backend='nonexistent' cannot be used: no backend has that name; "
-                                  r"loaded backends: aten"),
-])
-def test_bad_arguments_are_named(kwargs, match):
-    x, w, b = tensors()
-    with pytest.raises(ValueError, match=match):
-        conv_core.conv2d(x, w, b, **kwargs)
-
-
-def test_a_bias_of_another_dtype_is_refused_as_pytorch_refuses_it():
-    x, w, b = tensors()
-    with pytest.raises(RuntimeError):
-        F.conv2d(x, w, b.double())
-    with pytest.raises(ValueError, match="bias dtype torch.float64 differs from the input's torch.float32"):
-        conv_core.conv2d(x, w, b.double())
-
-
 def test_explain_under_autocast_describes_the_problem_that_runs():
     x, w, b = tensors()
     with torch.autocast("cpu", dtype=torch.bfloat16):

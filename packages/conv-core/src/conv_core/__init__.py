@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 
 from .candidate import BackendInfo, Candidate, Declined  # noqa: E402
 from .engine import NoCandidateError, get_engine, reset  # noqa: E402
+from .errors import ConvArgumentError  # noqa: E402
 from .explanation import explain  # noqa: E402
 from .capture import capture_shapes  # noqa: E402
 from .nn import convert, revert  # noqa: E402
@@ -20,7 +21,7 @@ from .problem import ConvProblem  # noqa: E402
 from . import ops  # noqa: E402,F401  (registers the torch.library custom ops)
 
 __all__ = [
-    "BackendInfo", "Candidate", "ConvProblem", "Declined", "NoCandidateError", "capture_shapes", "conv1d", "conv2d",
-    "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convert", "explain", "get_engine",
-    "hookimpl", "nn", "optimize_for_inference", "reset", "revert",
+    "BackendInfo", "Candidate", "ConvArgumentError", "ConvProblem", "Declined", "NoCandidateError", "capture_shapes",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convert", "explain",
+    "get_engine", "hookimpl", "nn", "optimize_for_inference", "reset", "revert",
 ]

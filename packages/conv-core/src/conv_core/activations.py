@@ -11,6 +11,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from .errors import ConvArgumentError
+
 #: Activation name -> the function it denotes (applied in the output's precision or better).
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
@@ -31,7 +33,7 @@ def check_activation(name: str | None) -> str | None:
     """Return ``name`` if it is a known activation (or None); raise a clear error otherwise."""
     if name is None or name in ACTIVATIONS:
         return name
-    raise ValueError(f"activation={name!r} is not supported; choose one of {sorted(ACTIVATIONS)} or None")
+    raise ConvArgumentError(f"activation={name!r} is not supported; choose one of {sorted(ACTIVATIONS)} or None")
 
 
 def apply(name: str | None, t: torch.Tensor) -> torch.Tensor:

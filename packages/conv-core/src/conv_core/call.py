@@ -16,6 +16,7 @@ import torch
 
 from . import activations
 from .arch import device_arch
+from .errors import ConvArgumentError
 from .problem import ConvProblem, check_call_tensors, dtype_name, normalize_padding, per_dim
 from .layout import detect_layout
 
@@ -43,9 +44,9 @@ class ConvArgs:
         stride, dilation = per_dim(stride, ndim, "stride"), per_dim(dilation, ndim, "dilation")
         pads = normalize_padding(padding, ndim, tuple(weight.shape[2:]), dilation, stride)
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-            raise ValueError(f"groups={groups!r} must be a positive int")
+            raise ConvArgumentError(f"groups={groups!r} must be a positive int")
         if backend is not None and not isinstance(backend, str):
-            raise ValueError(f"backend={backend!r} must be a backend's name or None")
+            raise ConvArgumentError(f"backend={backend!r} must be a backend's name or None")
         return cls(ndim, stride, pads, dilation, groups, activations.check_activation(activation),
                    out_dtype_name(out_dtype), backend)
 
@@ -73,7 +74,7 @@ def out_dtype_name(out_dtype) -> str | None:
     try:
         return dtype_name(out_dtype)
     except ValueError as exc:
-        raise ValueError(f"out_dtype={out_dtype!r}: {exc}") from None
+        raise ConvArgumentError(f"out_dtype={out_dtype!r}: {exc}") from None
 
 
 def autocast_operands(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
@@ -100,16 +101,16 @@ def check_call(ndim: int, input, weight, bias, args: ConvArgs) -> None:
     if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
         raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and {type(weight).__name__}")
     if input.dim() != ndim + 2:
-        raise ValueError(f"conv{ndim}d expects a {ndim + 2}D (batched) or {ndim + 1}D (unbatched) input; "
-                         f"got shape {tuple(input.shape)}")
+        raise ConvArgumentError(f"conv{ndim}d expects a {ndim + 2}D (batched) or {ndim + 1}D (unbatched) input; "
+                                f"got shape {tuple(input.shape)}")
     if weight.dtype != input.dtype:
-        raise ValueError(f"input dtype {input.dtype} and weight dtype {weight.dtype} differ; cast one of them")
+        raise ConvArgumentError(f"input dtype {input.dtype} and weight dtype {weight.dtype} differ; cast one of them")
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
             raise TypeError(f"bias must be a tensor or None, not {type(bias).__name__}")
         allowed = {input.dtype} | ({torch.float32, torch.float16, torch.bfloat16} if args.out_dtype else set())
         if bias.dtype not in allowed:
-            raise ValueError(f"bias dtype {bias.dtype} differs from the input's {input.dtype}; cast one of them")
+            raise ConvArgumentError(f"bias dtype {bias.dtype} differs from the input's {input.dtype}; cast one of them")
     check_call_tensors(input, weight, bias, args.groups)
 
 

@@ -27,6 +27,7 @@ from . import __version__
 from .arch import device_arch, device_name
 from .call_cache import CallCaches
 from .candidate import Candidate
+from .errors import ConvArgumentError
 from .plugins import Registry
 from .problem import ConvProblem
 from .ranking import BASELINE_BACKEND, MARGIN, PLUGIN_HOST_US, Ranked, Ranking, nondeterministic, rank
@@ -102,7 +103,7 @@ class Engine:
             return
         loaded = ", ".join(b.name for b in self.registry.active())
         why = f"it failed to load: {found.load_error}" if found is not None else "no backend has that name"
-        raise ValueError(f"{argument}={name!r} cannot be used: {why}; loaded backends: {loaded}")
+        raise ConvArgumentError(f"{argument}={name!r} cannot be used: {why}; loaded backends: {loaded}")
 
     def ranking(self, problem: ConvProblem, device: torch.device, backend: str | None = None, *,
                 may_time: bool = True) -> Ranking:

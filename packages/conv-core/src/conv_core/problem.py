@@ -26,6 +26,7 @@ from typing import Literal
 import torch
 
 from . import activations
+from .errors import ConvArgumentError
 from .layout import empty_strided_for
 
 Direction = Literal["fwd", "bwd_data", "bwd_weight"]
@@ -46,7 +47,7 @@ def dtype_name(dtype: torch.dtype | str) -> str:
     name = str(dtype).removeprefix("torch.")
     name = _DTYPE_BY_SHORT.get(name, {"half": "float16", "float": "float32", "double": "float64"}.get(name, name))
     if name not in DTYPES:
-        raise ValueError(f"dtype {dtype} is not supported; supported: {', '.join(DTYPES)}")
+        raise ConvArgumentError(f"dtype {dtype} is not supported; supported: {', '.join(DTYPES)}")
     return name
 
 
@@ -63,18 +64,19 @@ def element_size(name: str) -> int:
 def per_dim(value, ndim: int, field: str) -> tuple[int, ...]:
     """``value`` as one int per spatial dimension (an int, or a sequence of 1 or ``ndim`` ints).
 
-    Anything else is a ``ValueError`` naming ``field``, as ``torch.nn.functional`` would refuse it.
+    A value that is no int or sequence of ints is a ``TypeError``, a sequence of another length a
+    :class:`~conv_core.errors.ConvArgumentError`, each naming ``field``, where ``torch.nn.functional`` refuses it too.
     """
     if isinstance(value, int) and not isinstance(value, bool):
         return (value,) * ndim
     try:
         items = tuple(operator.index(v) for v in value)
     except TypeError:
-        raise ValueError(f"{field}={value!r} must be an int or a tuple of {ndim} ints") from None
+        raise TypeError(f"{field}={value!r} must be an int or a tuple of {ndim} ints") from None
     if len(items) == 1:
         return items * ndim
     if len(items) != ndim:
-        raise ValueError(f"{field}={value} must have {ndim} entries for a {ndim}D convolution")
+        raise ConvArgumentError(f"{field}={value} must have {ndim} entries for a {ndim}D convolution")
     return items
 
 
@@ -90,21 +92,22 @@ def normalize_padding(padding, ndim: int, filter_size, dilation, stride) -> tupl
             return ((0, 0),) * ndim
         if padding == "same":
             if any(s != 1 for s in stride):
-                raise ValueError(f"padding='same' is not supported for stride={tuple(stride)}; it needs stride 1")
+                raise ConvArgumentError(f"padding='same' is not supported for stride={tuple(stride)}; "
+                                        "it needs stride 1")
             pairs = []
             for k, d in zip(filter_size, dilation):
                 total = d * (k - 1)
                 pairs.append((total // 2, total - total // 2))
             return tuple(pairs)
-        raise ValueError(f"padding={padding!r} is not supported; use an int, a tuple, 'same' or 'valid'")
+        raise ConvArgumentError(f"padding={padding!r} is not supported; use an int, a tuple, 'same' or 'valid'")
     if isinstance(padding, int) and not isinstance(padding, bool):
         return ((padding, padding),) * ndim
     if not isinstance(padding, (tuple, list)):
-        raise ValueError(f"padding={padding!r} must be an int, a tuple of ints, 'same' or 'valid'")
+        raise TypeError(f"padding={padding!r} must be an int, a tuple of ints, 'same' or 'valid'")
     padding = tuple(padding)
     if padding and all(isinstance(p, (tuple, list)) for p in padding):
         if len(padding) != ndim or any(len(p) != 2 for p in padding):
-            raise ValueError(f"padding={padding} must be {ndim} (left, right) pairs")
+            raise ConvArgumentError(f"padding={padding} must be {ndim} (left, right) pairs")
         return tuple((operator.index(a), operator.index(b)) for a, b in padding)
     return tuple((p, p) for p in per_dim(padding, ndim, "padding"))
 
@@ -152,7 +155,7 @@ class ConvProblem:
     def _validate(self) -> None:
         def need(ok: bool, field: str, why: str) -> None:
             if not ok:
-                raise ValueError(f"invalid convolution problem: {field}: {why}")
+                raise ConvArgumentError(f"invalid convolution problem: {field}: {why}")
 
         need(self.direction in DIRECTIONS, "direction", f"{self.direction!r} is not one of {DIRECTIONS}")
         need(1 <= self.ndim <= 3, "input_size", f"{self.input_size} must have 1 to 3 spatial dimensions")
@@ -330,7 +333,7 @@ class ConvProblem:
             r"(\w+) n(\d+) c(\d+) k(\d+) g(\d+) i([\dx]+) f([\dx]+) s([\dx]+) p([\d.x]+) d([\dx]+) "
             r"(\w+)\.(\w+)\.(\w+) (cf|cl) b([01]) a(\S+) (\S+)", key.strip())
         if not m:
-            raise ValueError(f"not a problem key: {key!r}")
+            raise ConvArgumentError(f"not a problem key: {key!r}")
         (direction, n, c, k, g, i, f, s, p, d, dt, wt, ot, layout, bias, act, arch) = m.groups()
 
         def ints(text: str) -> tuple[int, ...]:
@@ -370,22 +373,24 @@ def check_call_tensors(input: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
         raise TypeError("input and weight must be tensors")
     if input.dim() not in (3, 4, 5):
-        raise ValueError(f"input must be 3D, 4D or 5D (batch, channels, *spatial); got shape {tuple(input.shape)}")
+        raise ConvArgumentError(f"input must be 3D, 4D or 5D (batch, channels, *spatial); "
+                                f"got shape {tuple(input.shape)}")
     if weight.dim() != input.dim():
-        raise ValueError(f"weight shape {tuple(weight.shape)} must have the same rank as input {tuple(input.shape)}")
+        raise ConvArgumentError(f"weight shape {tuple(weight.shape)} must have the same rank as input "
+                                f"{tuple(input.shape)}")
     if weight.device != input.device:
-        raise ValueError(f"weight is on {weight.device} but input is on {input.device}")
+        raise ConvArgumentError(f"weight is on {weight.device} but input is on {input.device}")
     if not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"groups={groups} must be a positive int")
+        raise ConvArgumentError(f"groups={groups} must be a positive int")
     if input.shape[1] != weight.shape[1] * groups:
-        raise ValueError(f"input has {input.shape[1]} channels but weight {tuple(weight.shape)} with groups={groups} "
-                         f"expects {weight.shape[1] * groups}")
+        raise ConvArgumentError(f"input has {input.shape[1]} channels but weight {tuple(weight.shape)} with "
+                                f"groups={groups} expects {weight.shape[1] * groups}")
     for name, t in (("input", input), ("weight", weight)):
         dtype_name(t.dtype)
         if t.numel() == 0:
-            raise ValueError(f"{name} has shape {tuple(t.shape)} with a zero-size dimension")
+            raise ConvArgumentError(f"{name} has shape {tuple(t.shape)} with a zero-size dimension")
     if bias is not None:
         if bias.shape != (weight.shape[0],):
-            raise ValueError(f"bias shape {tuple(bias.shape)} must be ({weight.shape[0]},)")
+            raise ConvArgumentError(f"bias shape {tuple(bias.shape)} must be ({weight.shape[0]},)")
         if bias.device != input.device:
-            raise ValueError(f"bias is on {bias.device} but input is on {input.device}")
+            raise ConvArgumentError(f"bias is on {bias.device} but input is on {input.device}")

@@ -23,6 +23,7 @@ import torch
 from . import activations
 from .arch import device_arch
 from .call import ConvArgs, out_dtype_name
+from .errors import ConvArgumentError
 from .layout import detect_layout
 from .problem import ConvProblem, dtype_name, per_dim
 from .suites import TRANSPOSED_DIRECTIONS
@@ -54,14 +55,14 @@ class TransposedArgs:
         for name, values, least in (("stride", stride, 1), ("dilation", dilation, 1), ("padding", pads, 0),
                                     ("output_padding", output_padding, 0)):
             if any(v < least for v in values):
-                raise ValueError(f"{name}={values} must be >= {least}")
+                raise ConvArgumentError(f"{name}={values} must be >= {least}")
         if any(o >= max(s, d) for o, s, d in zip(output_padding, stride, dilation)):
-            raise ValueError(f"output_padding={output_padding} must be smaller than stride={stride} or "
-                             f"dilation={dilation} in each dimension")
+            raise ConvArgumentError(f"output_padding={output_padding} must be smaller than stride={stride} or "
+                                    f"dilation={dilation} in each dimension")
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-            raise ValueError(f"groups={groups!r} must be a positive int")
+            raise ConvArgumentError(f"groups={groups!r} must be a positive int")
         if backend is not None and not isinstance(backend, str):
-            raise ValueError(f"backend={backend!r} must be a backend's name or None")
+            raise ConvArgumentError(f"backend={backend!r} must be a backend's name or None")
         conv = ConvArgs(ndim, stride, tuple((p, p) for p in pads), dilation, groups, None, None, backend)
         return cls(conv, output_padding, activations.check_activation(activation), out_dtype_name(out_dtype))
 
@@ -103,39 +104,40 @@ def check_transposed_call(ndim: int, input, weight, bias, args: TransposedArgs) 
     if not isinstance(input, torch.Tensor) or not isinstance(weight, torch.Tensor):
         raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and {type(weight).__name__}")
     if input.dim() != ndim + 2:
-        raise ValueError(f"{name} expects a {ndim + 2}D (batched) or {ndim + 1}D (unbatched) input; "
-                         f"got shape {tuple(input.shape)}")
+        raise ConvArgumentError(f"{name} expects a {ndim + 2}D (batched) or {ndim + 1}D (unbatched) input; "
+                                f"got shape {tuple(input.shape)}")
     if weight.dim() != ndim + 2:
-        raise ValueError(f"{name} expects a {ndim + 2}D weight [in_channels, out_channels / groups, *kernel]; "
-                         f"got shape {tuple(weight.shape)}")
+        raise ConvArgumentError(f"{name} expects a {ndim + 2}D weight [in_channels, out_channels / groups, *kernel]; "
+                                f"got shape {tuple(weight.shape)}")
     for tensor_name, t in (("input", input), ("weight", weight)):
         dtype_name(t.dtype)
         if t.device != input.device:
-            raise ValueError(f"{tensor_name} is on {t.device} but input is on {input.device}")
+            raise ConvArgumentError(f"{tensor_name} is on {t.device} but input is on {input.device}")
     if weight.dtype != input.dtype:
-        raise ValueError(f"input dtype {input.dtype} and weight dtype {weight.dtype} differ; cast one of them")
+        raise ConvArgumentError(f"input dtype {input.dtype} and weight dtype {weight.dtype} differ; cast one of them")
     groups = args.conv.groups
     if input.shape[1] != weight.shape[0]:
-        raise ValueError(f"input has {input.shape[1]} channels but weight {tuple(weight.shape)} expects "
-                         f"{weight.shape[0]} (a transposed weight is [in_channels, out_channels / groups, *kernel])")
+        raise ConvArgumentError(f"input has {input.shape[1]} channels but weight {tuple(weight.shape)} expects "
+                                f"{weight.shape[0]} (a transposed weight is [in_channels, out_channels / groups, "
+                                "*kernel])")
     if weight.shape[0] % groups:
-        raise ValueError(f"groups={groups} does not divide the weight's {weight.shape[0]} input channels")
+        raise ConvArgumentError(f"groups={groups} does not divide the weight's {weight.shape[0]} input channels")
     if bias is not None:
         _check_bias(bias, input, weight.shape[1] * groups)
     output_shape = args.output_shape(input.shape, weight.shape)
     if any(v < 1 for v in output_shape[2:]):
-        raise ValueError(f"padding={args.padding} is too large: the output would have size "
-                         f"{tuple(output_shape[2:])}")
+        raise ConvArgumentError(f"padding={args.padding} is too large: the output would have size "
+                                f"{tuple(output_shape[2:])}")
 
 
 def _check_bias(bias, input: torch.Tensor, channels: int) -> None:
     if not isinstance(bias, torch.Tensor):
         raise TypeError(f"bias must be a tensor or None, not {type(bias).__name__}")
     if tuple(bias.shape) != (channels,):
-        raise ValueError(f"bias shape {tuple(bias.shape)} must be ({channels},), the output channels")
+        raise ConvArgumentError(f"bias shape {tuple(bias.shape)} must be ({channels},), the output channels")
     if bias.dtype != input.dtype or bias.device != input.device:
-        raise ValueError(f"bias ({bias.dtype} on {bias.device}) must have the input's dtype and device "
-                         f"({input.dtype} on {input.device})")
+        raise ConvArgumentError(f"bias ({bias.dtype} on {bias.device}) must have the input's dtype and device "
+                                f"({input.dtype} on {input.device})")
 
 
 def problem_of_transposed_call(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -146,7 +148,7 @@ def problem_of_transposed_call(ndim: int, input: torch.Tensor, weight: torch.Ten
     """
     check_transposed_call(ndim, input, weight, bias, args)
     if not args.expressible:
-        raise ValueError(args.why_not_expressible())
+        raise ConvArgumentError(args.why_not_expressible())
     return args.problem(direction, input.shape, weight.shape, dtype_name(input.dtype), detect_layout(input),
                         arch or device_arch(input.device))
 
