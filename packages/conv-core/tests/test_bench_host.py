@@ -21,19 +21,21 @@ def test_rows_for_torch_the_ranking_and_each_backend(monkeypatch):
     use_backends(monkeypatch, declining=Plugin("declining", raising_run, declines="not for tiny layers"),
                  raising=Plugin("raising", raising_run))
     record = run_host_bench(CPU, calls=2, rounds=1, warmup=1)
-    assert record["kind"] == "host" and record["dtype"] == "float32" and record["layer"].startswith("n2 c64 k64 i8x8")
-    rows = {(r["layout"], r["what"], r["label"]): r for r in record["rows"]}
-    assert len(rows) == 2 * 2 * 5  # layouts x (fwd, fwd_bwd) x (torch, ranked, aten, declining, raising)
-    for layout in ("channels_first", "channels_last"):
-        for what in ("fwd", "fwd_bwd"):
-            base = rows[(layout, what, TORCH)]
-            assert base["ratio"] == 1.0 and base["host_us"] > 0 and base["wall_us"] >= base["host_us"]
-            aten = rows[(layout, what, f"{RANKED}[aten]")]
-            assert aten["kernel"].startswith("aten:") and aten["ratio"] > 0 and aten["failed"] is None
-            declined = rows[(layout, what, f"{RANKED}[declining]")]
-            assert declined["host_us"] is None and "not for tiny layers" in declined["skipped"]
-            raising = rows[(layout, what, f"{RANKED}[raising]")]
-            assert raising["host_us"] is None and "kernel exploded" in raising["failed"]
+    assert record["kind"] == "host" and record["dtype"] == "float32,bfloat16"
+    assert record["layer"].startswith("n2 c64 k64 i8x8")
+    rows = {(r["dtype"], r["layout"], r["what"], r["label"]): r for r in record["rows"]}
+    assert len(rows) == 2 * 2 * 2 * 5  # dtypes x layouts x (fwd, fwd_bwd) x (torch, ranked, aten, declining, raising)
+    for dtype in ("float32", "bfloat16"):  # a bf16 call on the CPU takes a path of its own: both are timed
+        for layout in ("channels_first", "channels_last"):
+            for what in ("fwd", "fwd_bwd"):
+                base = rows[(dtype, layout, what, TORCH)]
+                assert base["ratio"] == 1.0 and base["host_us"] > 0 and base["wall_us"] >= base["host_us"]
+                aten = rows[(dtype, layout, what, f"{RANKED}[aten]")]
+                assert aten["kernel"].startswith("aten:") and aten["ratio"] > 0 and aten["failed"] is None
+                declined = rows[(dtype, layout, what, f"{RANKED}[declining]")]
+                assert declined["host_us"] is None and "not for tiny layers" in declined["skipped"]
+                raising = rows[(dtype, layout, what, f"{RANKED}[raising]")]
+                assert raising["host_us"] is None and "kernel exploded" in raising["failed"]
 
 
 def test_per_call_us_interleaves_and_reports_failures():

@@ -3,8 +3,9 @@
 PyTorch 2.13's CPU convolution runs float32, bfloat16 and float16 in all three
 directions. Its float16 *backward* rounds partial sums to float16 (error up to
 ~17x the bound of a float32-accumulating kernel), which is why the aten backend
-computes half precision in float32 on the CPU; with that, all three dtypes are
-checked in all three directions here.
+computes float16 in float32 on the CPU, and bfloat16 too where oneDNN has no
+bfloat16 kernels (``aten.cpu_has_native``); with that, all three dtypes are
+checked in all three directions here, and bfloat16 both ways.
 """
 
 import dataclasses
@@ -36,6 +37,48 @@ class TestAten(ConformanceSuite):
     directions = DIRECTIONS
     random_count = 36
     max_macs = 100_000
+
+
+class TestAtenNativeBfloat16(ConformanceSuite):
+    """bfloat16 forwards as PyTorch computes them (the path of a CPU with oneDNN bfloat16 kernels), gradients in
+    float32, held to the same model."""
+    backend = "aten"
+    device = "cpu"
+    dtypes = ("bfloat16",)
+    layouts = LAYOUTS
+    directions = DIRECTIONS
+    random_count = 12
+    max_macs = 100_000
+
+    @pytest.fixture(autouse=True)
+    def native_bfloat16(self, monkeypatch):
+        monkeypatch.setattr(aten, "cpu_has_native", lambda dtype: dtype is torch.bfloat16)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_cpu_bfloat16_call_is_pytorchs_own_where_onednn_has_bfloat16(monkeypatch, native):
+    import conv_core
+    import torch.nn.functional as F
+    from conv_core import engine as engine_module
+
+    monkeypatch.setattr(aten, "cpu_has_native", lambda dtype: native and dtype is torch.bfloat16)
+    monkeypatch.setattr(engine_module, "_engine", None)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 6, 6, generator=g).bfloat16().to(memory_format=torch.channels_last)
+    w = torch.randn(8, 8, 3, 3, generator=g).bfloat16()
+    problem = ConvProblem.from_tensors(x, w, padding=1)
+    engine = conv_core.get_engine()
+    for direction in DIRECTIONS:  # the gradients stay in float32 (PyTorch's CPU bf16 ones miss the bound)
+        tags = engine.ranking(problem.with_direction(direction), torch.device("cpu")).best.candidate.tags
+        assert ("direct" in tags) is (native and direction == "fwd")
+    with torch.no_grad():
+        y = conv_core.conv2d(x, w, padding=1)
+    expected = F.conv2d(x, w, padding=1) if native else F.conv2d(x.float(), w.float(), padding=1).bfloat16()
+    torch.testing.assert_close(y, expected, rtol=0, atol=0)
+
+
+def test_cpu_has_native_answers_for_the_machine():
+    assert isinstance(aten.cpu_has_native(torch.bfloat16), bool) and not aten.cpu_has_native(torch.float32)
 
 
 def test_suite_checks_what_it_claims():

@@ -24,7 +24,7 @@ def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGr
     which.add_argument("--model", help=f"run a real model plain and converted, in each mode "
                        f"({', '.join(bench_models.MODELS)})")
     which.add_argument("--host", action="store_true", help="host time per call of F.conv2d and conv_core.conv2d "
-                       "(bf16 on a GPU, fp32 on the CPU)")
+                       "(bf16 on a GPU; fp32 and bf16 on the CPU)")
     which.add_argument("--holdout", action="store_true", help="the ranking's picks against aten on layers of "
                        "models in no suite, and on the suites' (--layers: forward layers per model, default 8; "
                        "--batch default 8)")
@@ -155,12 +155,13 @@ def _host(args: argparse.Namespace, device) -> dict:
 
     record = run_host_bench(device, calls=args.calls, rounds=args.reps, warmup=args.warmup)
     if not _quiet(args):
-        rows = [(r["layout"], r["what"], r["label"], r["kernel"], f"{r['host_us']:.1f}" if r["host_us"] else None,
-                 f"{r['ratio']:.2f}x" if r["ratio"] else None, (r["skipped"] or r["failed"] or "")[:80] or None)
+        rows = [(r["dtype"], r["layout"], r["what"], r["label"], r["kernel"],
+                 f"{r['host_us']:.1f}" if r["host_us"] else None, f"{r['ratio']:.2f}x" if r["ratio"] else None,
+                 (r["skipped"] or r["failed"] or "")[:80] or None)
                 for r in record["rows"]]
-        print(f"host time per call, {record['layer']} {record['dtype']} on {record['device']}")
-        print(format_table(("layout", "what", "call", "kernel", "host us", "x F.conv2d", "note"), rows,
-                           align="llllrrl"))
+        print(f"host time per call, {record['layer']} on {record['device']}")
+        print(format_table(("dtype", "layout", "what", "call", "kernel", "host us", "x F.conv2d", "note"), rows,
+                           align="lllllrrl"))
     return record
 
 

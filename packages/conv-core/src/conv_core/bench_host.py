@@ -6,6 +6,9 @@ called ``calls`` times back to back from an idle device; ``host_us`` is the time
 loop's time before the final synchronize, divided by ``calls``) and ``wall_us`` the same with the
 synchronize. Rounds of every callable are interleaved and the median round is kept.
 
+On a GPU the calls are bfloat16 (what models run in); on the CPU float32 and bfloat16 both, since a bf16
+call there takes a path of its own (:func:`conv_core.backends.aten.cpu_has_native`).
+
 Rows: ``torch`` (``F.conv2d``), ``conv_core`` (the ranking's choice), and ``conv_core[NAME]`` for
 ``aten`` and every loaded plugin (``backend=NAME``; a backend with no candidate for the layer, in a
 direction the row needs, is recorded as skipped with its reason). Forward (``fwd``) and forward +
@@ -99,9 +102,9 @@ def per_call_us(fns: dict[str, Callable[[], object]], device: torch.device, *, c
              for name, (h, w) in samples.items()}, failed)
 
 
-def default_dtype(device: torch.device) -> torch.dtype:
-    """bfloat16 on a GPU (what models run in), float32 on the CPU (where bf16 convolutions are slow paths)."""
-    return torch.bfloat16 if device.type == "cuda" else torch.float32
+def default_dtypes(device: torch.device) -> tuple[torch.dtype, ...]:
+    """bfloat16 on a GPU (what models run in); on the CPU float32 and bfloat16, whose calls take other paths."""
+    return (torch.bfloat16,) if device.type == "cuda" else (torch.float32, torch.bfloat16)
 
 
 def plugin_names() -> list[str]:
@@ -111,32 +114,31 @@ def plugin_names() -> list[str]:
     return [b.name for b in get_engine().registry.active()]
 
 
-def run_host_bench(device: torch.device | str, *, dtype: torch.dtype | None = None,
+def run_host_bench(device: torch.device | str, *, dtypes: tuple[torch.dtype, ...] | None = None,
                    layouts: tuple[str, ...] = LAYOUTS, whats: tuple[str, ...] = WHATS, calls: int = 100,
                    rounds: int = 20, warmup: int = 5) -> dict:
     """Every row of the module docstring, as a JSON-ready record (without its stamp)."""
     device = torch.device(device)
-    dtype = dtype or default_dtype(device)
+    dtypes = dtypes or default_dtypes(device)
     rows = []
-    for layout in layouts:
-        for what in whats:
-            x, w, gy = layer_tensors(device, dtype, layout, grad=what == "fwd_bwd")
-            fns = {TORCH: _call(F.conv2d, x, w, gy, what)}
-            entries = {TORCH: {"backend": None, "kernel": None, "skipped": None}}
-            for backend in (None, *plugin_names()):
-                label = RANKED if backend is None else f"{RANKED}[{backend}]"
-                kernel, why = backend_choice(x, w, what, backend)
-                entries[label] = {"backend": backend, "kernel": kernel, "skipped": why or None}
-                if kernel is not None:
-                    fns[label] = _call(_core_conv(backend), x, w, gy, what)
-            times, failed = per_call_us(fns, device, calls=calls, rounds=rounds, warmup=warmup)
-            base = times.get(TORCH, {}).get("host_us")
-            for label, entry in entries.items():
-                measured = times.get(label, {"host_us": None, "wall_us": None})
-                ratio = measured["host_us"] / base if base and measured["host_us"] else None
-                rows.append({"layout": layout, "what": what, "label": label, **entry, **measured, "ratio": ratio,
-                             "failed": failed.get(label)})
+    for dtype, layout, what in ((d, layout, what) for d in dtypes for layout in layouts for what in whats):
+        x, w, gy = layer_tensors(device, dtype, layout, grad=what == "fwd_bwd")
+        fns = {TORCH: _call(F.conv2d, x, w, gy, what)}
+        entries = {TORCH: {"backend": None, "kernel": None, "skipped": None}}
+        for backend in (None, *plugin_names()):
+            label = RANKED if backend is None else f"{RANKED}[{backend}]"
+            kernel, why = backend_choice(x, w, what, backend)
+            entries[label] = {"backend": backend, "kernel": kernel, "skipped": why or None}
+            if kernel is not None:
+                fns[label] = _call(_core_conv(backend), x, w, gy, what)
+        times, failed = per_call_us(fns, device, calls=calls, rounds=rounds, warmup=warmup)
+        base = times.get(TORCH, {}).get("host_us")
+        for label, entry in entries.items():
+            measured = times.get(label, {"host_us": None, "wall_us": None})
+            ratio = measured["host_us"] / base if base and measured["host_us"] else None
+            rows.append({"dtype": str(dtype).removeprefix("torch."), "layout": layout, "what": what, "label": label,
+                         **entry, **measured, "ratio": ratio, "failed": failed.get(label)})
     n, c, size, k = LAYER
-    return {"kind": "host", "device": str(device), "dtype": str(dtype).removeprefix("torch."),
+    return {"kind": "host", "device": str(device), "dtype": ",".join(str(d).removeprefix("torch.") for d in dtypes),
             "layer": f"n{n} c{c} k{c} i{size}x{size} f{k}x{k} s1 p{k // 2}", "calls": calls, "rounds": rounds,
             "warmup": warmup, "rows": rows}

@@ -364,15 +364,16 @@ def ddp_section(runs: Runs) -> list[str]:
 def host_section(runs: Runs) -> list[str]:
     lines = []
     for record in runs.of("host"):
-        rows = [[r["layout"], r["what"], r["label"], r["kernel"] or "-", _num(r["host_us"]), _num(r["wall_us"]),
+        rows = [[r.get("dtype", record["dtype"]), r["layout"], r["what"], r["label"], r["kernel"] or "-",
+                 _num(r["host_us"]), _num(r["wall_us"]),
                  _x(r["ratio"]) if r["ratio"] else (r["skipped"] or r["failed"] or "-")[:100]]
                 for r in record["rows"]]
         lines += ["## Host time per call", "",
-                  f"`{record['layer']}` {record['dtype']} on {record['device']}: microseconds per call of "
+                  f"`{record['layer']}` on {record['device']}: microseconds per call of "
                   f"{record['calls']} calls issued back to back (median of {record['rounds']} rounds); ratio: host "
                   "time / `F.conv2d`'s (below 1: cheaper).", "",
-                  *_table(["layout", "what", "call", "kernel", "host us", "wall us", "x F.conv2d"], rows,
-                          "llllrrl"), ""]
+                  *_table(["dtype", "layout", "what", "call", "kernel", "host us", "wall us", "x F.conv2d"], rows,
+                          "lllllrrl"), ""]
     return lines
 
 
