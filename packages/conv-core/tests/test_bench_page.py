@@ -133,6 +133,7 @@ def test_the_page_has_every_section():
     assert "conv-core bench --model resnet50\nconv-core bench --model convnext_tiny" in page
     assert "- resnet50 eager conv: a note" in page and "no `fused` variant" in page
     assert "## Ranking on held-out layers" not in page  # no holdout record given
+    assert render(records(), "Other models").startswith("# Other models\n")
 
 
 def test_the_cli_writes_the_page_and_refuses_other_files(capsys, tmp_path):

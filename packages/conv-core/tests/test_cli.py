@@ -217,6 +217,7 @@ def test_tune_aten_alone_is_not_doubled(capsys, tmp_path):
 class FakeReport:
     def __init__(self, backend, ok):
         self.backend, self.ok = backend, ok
+        self.counts = {"reference": (3, 0 if ok else 1), "coverage": (1, 0)}
 
     def summary(self):
         return f"conformance of backend {self.backend!r}: {'PASS' if self.ok else 'FAIL'}"
@@ -241,10 +242,13 @@ def test_check_every_backend(capsys, monkeypatch, fake_conformance):
     calls, failing = fake_conformance
     use_backends(monkeypatch, wrong=wrong_backend())
     code, out, _ = run(capsys, "check", "--device", "cpu")
-    assert code == 0 and [c[0] for c in calls] == ["aten", "wrong"] and "all 2 passed" in out
+    assert code == 0 and [c[0] for c in calls] == ["aten", "wrong"]
+    assert out.splitlines()[-1] == ("conformance: PASSED: 8 checks of 2 backends (aten, wrong) on cpu: results "
+                                    "against the float64 reference, non-contiguous operands, metadata, coverage")
     failing.add("wrong")
     code, out, _ = run(capsys, "check", "--seed", "3", "--device", "cpu")
-    assert code == 1 and "FAILED (wrong)" in out and calls[-1] == ("wrong", "cpu", 3)
+    assert code == 1 and "conformance: FAILED for wrong: 9 checks of 2 backends" in out
+    assert calls[-1] == ("wrong", "cpu", 3)
 
 
 def test_check_one_backend(capsys, fake_conformance):

@@ -45,6 +45,7 @@ def test_the_page_shows_the_latest_run_of_each_suite_and_names_its_command(tmp_p
     assert main(argv) == 0
     page = (tmp_path / "page.md").read_text()
     assert page.splitlines()[0] == "# plugin: current figures"
+    assert page.splitlines()[2] == "Measured 2026-11-21 to 2026-11-22 on NVIDIA H100 80GB HBM3 (2 runs, listed below)."
     assert f"Regenerate: `conv-core {shlex.join(argv)}`" in page
     assert "| resnet50_fwd_nhwc | 1 | 2.500x | 2.500x | run 2 |" in page  # the later run, not run 1's 0.5x
     assert "| resnet50_fwd_nchw | 1 | 3.000x | 3.000x | run 1 |" in page

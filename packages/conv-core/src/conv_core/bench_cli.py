@@ -22,7 +22,9 @@ from .progress import format_table
 def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGroup) -> None:
     """The choices (in ``which``, beside ``--suite`` / ``--shape`` / ``--key``) and their options."""
     which.add_argument("--model", help=f"run a real model plain and converted, in each mode "
-                       f"({', '.join(bench_models.MODELS)})")
+                       f"({', '.join(bench_models.MODELS)}). On a CPU only {', '.join(bench_models.CPU_MODELS)} "
+                       "finish in about a minute; the others take many minutes per mode there (the plugins' "
+                       "kernels need a GPU, so a CPU run times PyTorch's own convolution)")
     which.add_argument("--host", action="store_true", help="host time per call of F.conv2d and conv_core.conv2d "
                        "(bf16 on a GPU; fp32 and bf16 on the CPU)")
     which.add_argument("--holdout", action="store_true", help="the ranking's picks against aten on layers of "
@@ -44,6 +46,8 @@ def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGr
                    "benchmark (first-use timing, CONV_CORE_BENCHMARK=1) (default both)")
     g.add_argument("--calls", type=int, default=100, help="--host: calls per timed round (default 100)")
     g.add_argument("--out", metavar="PATH", help="--report: the page to write (default: print it)")
+    g.add_argument("--title", help="--report: the page's title (default: 'Real models: plain PyTorch against "
+                   "conv-core')")
 
 
 def chosen(args: argparse.Namespace) -> bool:
@@ -108,6 +112,9 @@ def _model(args: argparse.Namespace, device) -> dict:
     modes = _choices(args.modes, MODES, "mode") if args.modes else MODES
     variants = _choices(args.variants, VARIANTS, "variant")
     _choices(args.model, bench_models.MODELS, "model")
+    if device.type == "cpu" and args.model not in bench_models.CPU_MODELS:
+        _log(f"conv-core bench: {args.model} on the CPU takes many minutes per mode (the plugins' kernels need a "
+             f"GPU); {', '.join(bench_models.CPU_MODELS)} is the CPU's model. Progress follows.")
     config = ModelBenchConfig(model=args.model, device=str(device), batch=args.batch, dtype=args.dtype,
                               layout=args.layout, modes=modes, reps=args.reps, warmup=args.warmup,
                               compile_backend=args.compile_backend, variants=variants)
@@ -191,10 +198,10 @@ def _choices(text: str, known, what: str) -> tuple[str, ...]:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .bench_page import write_page
+    from .bench_page import DEFAULT_TITLE, write_page
 
     try:
-        page = write_page(args.report, args.out)
+        page = write_page(args.report, args.out, args.title or DEFAULT_TITLE)
     except ValueError as exc:
         raise _usage(str(exc)) from None
     if args.out is None:

@@ -94,6 +94,8 @@ HEADLINE_MODELS = ("resnet50", "convnext_tiny", "mobilenet_v3_large", "efficient
 #: (a decoder) and grouped (ResNeXt). Their real-model runs are reported beside the headline models, with
 #: their own geomean, and are not part of the headline targets.
 NEW_KIND_MODELS = ("r2plus1d_18", "transposed_decoder", "resnext50_32x4d")
+#: The models a CPU runs in about a minute per mode (``conv-core bench --model`` says so in its help).
+CPU_MODELS = ("tiny",)
 #: Models whose convolutions are in no shipped suite: the held-out set of the ranking benchmark.
 HOLDOUT_MODELS = ("mobilenet_v3_large", "efficientnet_b0", "convnext_tiny", "regnet_y_400mf", "resnext50_32x4d",
                   "unet_like", "yolo_like")

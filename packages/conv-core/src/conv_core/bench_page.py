@@ -186,7 +186,11 @@ def _table(headers: list[str], rows: list[list[str]], align: str | None = None) 
             *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def header(runs: Runs) -> list[str]:
+#: The page's title unless ``--title`` names another (a page of other models beside the headline set).
+DEFAULT_TITLE = "Real models: plain PyTorch against conv-core"
+
+
+def header(runs: Runs, title: str = DEFAULT_TITLE) -> list[str]:
     dates = sorted(r["date"] for r in runs.records if r.get("date"))
     gpus = sorted({d["name"] for r in runs.records for d in r.get("environment", {}).get("devices", [])
                    if d["device"].startswith("cuda")}) or ["no GPU (CPU)"]
@@ -197,7 +201,7 @@ def header(runs: Runs) -> list[str]:
     configs = [merged["record"]["config"] for merged in runs.models.values()]
     timing = ", ".join(sorted({f"median of {c['reps']} iterations after {c['warmup']} warm-up ones" for c in configs}))
     return [
-        "# Real models: plain PyTorch against conv-core", "",
+        f"# {title}", "",
         f"Generated {datetime.now(timezone.utc).date()} by `conv-core bench --report` from {len(runs.records)} "
         f"run(s) made {dates[0] if dates else '?'} to {dates[-1] if dates else '?'}.", "",
         f"- GPU: {', '.join(gpus)}", f"- software: {software}",
@@ -387,10 +391,10 @@ def commands_section(runs: Runs) -> list[str]:
     return ["## Commands", "", "```sh", *commands, "```"]
 
 
-def render(records: list[dict]) -> str:
+def render(records: list[dict], title: str = DEFAULT_TITLE) -> str:
     """The whole page, from the records."""
     runs = Runs(records)
-    sections = [header(runs), targets_section(runs),
+    sections = [header(runs, title), targets_section(runs),
                 ratios_section(runs, "conv", "## Time ratio per model and mode (converted model)"),
                 ratios_section(runs, "fused", "## Time ratio per model and mode (converted and fused, "
                                               "`optimize_for_inference`)"),
@@ -401,9 +405,9 @@ def render(records: list[dict]) -> str:
     return "\n\n".join("\n".join(s).rstrip() for s in sections if s) + "\n"
 
 
-def write_page(paths: list[str], out: str | Path | None) -> str:
+def write_page(paths: list[str], out: str | Path | None, title: str = DEFAULT_TITLE) -> str:
     """Render the records at ``paths`` into ``out`` (or return the page only, when ``out`` is None)."""
-    page = render([bench_record.read(p) for p in paths])
+    page = render([bench_record.read(p) for p in paths], title)
     if out is not None:
         Path(out).write_text(page)
     return page

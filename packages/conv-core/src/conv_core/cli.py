@@ -296,14 +296,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.backend is not None:
         require_backend(args.backend)
         names = [args.backend]
-    failed = []
+    failed, checks = [], 0
     for name in names:
         report = run_conformance(name, device, seed=args.seed, **_selection(args))
         print(report.summary() + "\n")
+        checks += sum(passed + failures for passed, failures in report.counts.values())
         if not report.ok:
             failed.append(name)
-    print(f"conformance: FAILED ({', '.join(failed)})" if failed else f"conformance: all {len(names)} passed")
+    print(check_verdict(names, failed, checks, device))
     return 1 if failed else 0
+
+
+def check_verdict(names: list[str], failed: list[str], checks: int, device) -> str:
+    """``check``'s closing line: which backends were checked, against what, on which device, and the outcome."""
+    what = (f"{checks} checks of {len(names)} backend{'s' if len(names) != 1 else ''} ({', '.join(names)}) on "
+            f"{device}: results against the float64 reference, non-contiguous operands, metadata, coverage")
+    if failed:
+        return f"conformance: FAILED for {', '.join(failed)}: {what}; the failures are listed above"
+    return f"conformance: PASSED: {what}"
 
 
 def _selection(args: argparse.Namespace) -> dict:

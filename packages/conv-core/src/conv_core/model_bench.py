@@ -254,10 +254,13 @@ def run_mode(mode: str, base: nn.Module, x: torch.Tensor, refs: References, conf
         for name, build in make_variants(base, mode, config).items():
             entry = result["variants"][name] = {"ms": None, "first_s": None, "error": None, "notes": [],
                                                 "failed": None}
+            _progress(log, f"{config.model} {mode}: {name}: building it and making its first call")
             runner = prepare_variant(mode, build, xin, refs, config, entry)
             if runner is not None:
                 steps[name] = runner.step
         del runner
+        _progress(log, f"{config.model} {mode}: timing {', '.join(steps)}: {config.warmup} warm-up and "
+                       f"{config.reps} timed rounds")
         samples, failed = time_interleaved(steps, device, warmup=config.warmup, reps=config.reps)
         del steps  # the variants' modules, graphs and compiled code go with their steps
         for name, why in failed.items():
@@ -273,6 +276,12 @@ def run_mode(mode: str, base: nn.Module, x: torch.Tensor, refs: References, conf
     if log is not None:
         log(describe_mode(config.model, result))
     return result
+
+
+def _progress(log: Log | None, line: str) -> None:
+    """Say what the run does next: a large model on a CPU takes minutes per step, and silence reads as a hang."""
+    if log is not None:
+        log(f"  ... {line}")
 
 
 def _judge(result: dict, dtype: str) -> None:
@@ -375,6 +384,7 @@ def run_model_bench(config: ModelBenchConfig, log: Log | None = None,
               "input_shape": list(x.shape), "config": {**asdict(config), "batch": batch},
               "fused_available": fuser() is not None, "complete": False, "modes": []}
     with cudnn_benchmark():
+        _progress(log, f"{config.model}: batch {batch} on {device}, modes {', '.join(config.modes)}")
         refs = References(base, x)
         for mode in config.modes:
             record["modes"].append(run_mode(mode, base, x, refs, config, log))

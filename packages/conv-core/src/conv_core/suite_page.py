@@ -180,13 +180,21 @@ def runs_section(used: list[Run]) -> list[str]:
     return lines + [""]
 
 
+def measured_line(runs: list[Run]) -> str:
+    """The page's first fact: when and on which GPU its figures were measured (each run's details below)."""
+    dates = sorted(run.date[:10] for run in runs if run.date)
+    span = "date unknown" if not dates else dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+    gpus = sorted({run.gpu for run in runs if run.gpu}) or ["GPU unknown"]
+    return f"Measured {span} on {' and '.join(gpus)} ({len(runs)} run{'s' if len(runs) != 1 else ''}, listed below)."
+
+
 def render(runs: list[Run], backend: str, title: str, regenerate: str, targets: Targets = Targets()) -> str:
     """The page: the command that regenerates it, the current figures per suite/direction/layout, the
     targets, the runs, then every layer."""
     chosen = latest(runs)
     used = sorted({id(run): run for _, run in chosen}.values(), key=lambda run: (run.date or "", run.name))
     facts = {stem: [layer_facts(row, backend) for row in run.files[stem]["rows"]] for stem, run in chosen}
-    lines = [f"# {title}", "", f"Regenerate: `{regenerate}`", "",
+    lines = [f"# {title}", "", measured_line(used), "", f"Regenerate: `{regenerate}`", "",
              "Speed is `aten (cuDNN) time / kernel time` measured in the same run (above 1: faster than cuDNN); "
              "each suite, direction and layout from the latest run that measured it.", "",
              "## Current figures", "", "| suite, direction, layout | layers | picked vs aten (geomean) | "
