@@ -96,6 +96,10 @@ def verdict(backends: list[dict], layers: dict, model: dict | None) -> tuple[lis
         lines.append(CPU_EXPECTED)
         lines.append(f"GPU figures (H100/H200): {GPU_FIGURES}; run ./run.sh on a machine with a GPU to see your own.")
     else:
+        slower = [m["mode"] for m in (model or {}).get("modes", []) if (m.get("ratios") or {}).get("conv", 1) < 0.97]
+        if slower:
+            lines.append(f"the converted model ran slower than plain PyTorch here ({', '.join(slower)}): known, and "
+                         f"being worked on; {GPU_FIGURES} shows where each model loses.")
         lines.append(f"compare with the figures on {GPU_FIGURES}.")
     lines.append(f"next: convert your own model (conv_core.convert(model)) and read {USER_GUIDE}; "
                  "`.venv/bin/conv-core --help` lists the tools.")

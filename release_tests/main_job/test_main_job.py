@@ -93,6 +93,9 @@ def test_a_gpu_verdict_names_the_card_and_the_picks():
     assert status == 0 and "ran on NVIDIA H200 (sm_90)" in text and "expected on a CPU" not in text
     assert "the ranking picked aten 1, rdna 1" in text and "geomean 1.25x" in text
     assert lines[-1].startswith("run.sh: verdict: OK") and "on this GPU" in lines[-1]
+    assert "slower than plain" not in text
+    slower, _ = main_job_verdict.verdict(backends(), layers("cuda", "NVIDIA H200"), model("cuda", 0.91))
+    assert "the converted model ran slower than plain PyTorch here (eager)" in "\n".join(slower)
 
 
 @pytest.mark.parametrize("failed, right, why", [("rdna", True, "a backend failed to load"),
