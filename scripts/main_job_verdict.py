@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
 PREFIX = "run.sh:"
 GPU_FIGURES = "docs/benchmarks/real-models.md"
@@ -50,11 +51,8 @@ def backends_line(backends: list[dict]) -> tuple[str, list[str]]:
 
 
 def layers_line(layers: dict) -> str:
-    summary, rows = layers["summary"], layers["rows"]
-    picks = {}
-    for row in rows:
-        backend = (row.get("picked") or "none").split(":")[0]
-        picks[backend] = picks.get(backend, 0) + 1
+    summary = layers["summary"]
+    picks = Counter((row.get("picked") or "none").split(":")[0] for row in layers["rows"])
     who = ", ".join(f"{name} {count}" for name, count in sorted(picks.items()))
     return (f"{summary['problems']} ResNet-50 layers timed: the ranking picked {who}; picks vs aten (PyTorch's "
             f"convolution), geomean {summary['geomean_pick_speedup']:.2f}x; {summary['errors']} candidate errors")
