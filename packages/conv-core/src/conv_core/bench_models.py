@@ -44,12 +44,13 @@ def _torchvision_models(model: str):
     return torchvision.models
 
 
-def _torchvision(name: str, family: str | None = None) -> Callable[[], nn.Module]:
+def _torchvision(name: str, family: str | None = None, **options) -> Callable[[], nn.Module]:
     """A builder of torchvision's model ``name`` (in ``torchvision.models.<family>``, e.g. ``video``, if given)
-    with random weights (nothing is downloaded)."""
+    with random weights (nothing is downloaded; ``options`` such as ``weights_backbone=None`` say so where a
+    model would otherwise fetch a pretrained backbone)."""
     def build() -> nn.Module:
         models = _torchvision_models(name)
-        return getattr(getattr(models, family) if family else models, name)(weights=None)
+        return getattr(getattr(models, family) if family else models, name)(weights=None, **options)
 
     return build
 
@@ -81,6 +82,14 @@ _SPECS = (
               "a YOLO-style detector's convolutions (CSP blocks, SPPF, three 1x1 heads) on 640x640"),
     ModelSpec("r2plus1d_18", _torchvision("r2plus1d_18", "video"), (3, 16, 112, 112), 8,
               "torchvision R(2+1)D-18 video classifier on 16-frame 112x112 clips (3D convolutions)"),
+    ModelSpec("densenet121", _torchvision("densenet121"), (3, 224, 224), 32,
+              "torchvision DenseNet-121: each layer's input a concatenation of the feature maps before it"),
+    ModelSpec("vgg16_bn", _torchvision("vgg16_bn"), (3, 224, 224), 16,
+              "torchvision VGG-16 with batch norm: 13 wide 3x3 layers at full resolution"),
+    ModelSpec("fcn_resnet50", _torchvision("fcn_resnet50", "segmentation", weights_backbone=None), (3, 512, 512), 4,
+              "torchvision FCN ResNet-50 segmentation (dilated backbone, 21 classes), random weights"),
+    ModelSpec("dcgan_generator", bench_nets.DCGANGenerator, (128, 1, 1), 64,
+              "DCGAN's generator: a 128-dim latent to a 3x64x64 image by k4 s2 ConvTranspose2d + BN + ReLU"),
     ModelSpec("transposed_decoder", bench_nets.TransposedDecoder, (2048, 16, 16), 8,
               "a segmentation decoder upsampling a 2048x16x16 map by ConvTranspose2d k2 s2 stages (each then two "
               "3x3 conv + BN + ReLU, 512 to 64 channels) and a k4 s2 p1 ConvTranspose2d head to 21x512x512"),

@@ -5,6 +5,7 @@
 - :class:`UNetLike` and :class:`YoloLike`: the convolution stacks of a diffusion UNet and a YOLO-style
   detector, for judging the ranking on shapes no shipped suite holds;
 - :class:`TransposedDecoder`: a segmentation decoder that upsamples by transposed convolutions;
+- :class:`DCGANGenerator`: a GAN generator, a stack of k4 s2 transposed convolutions from a latent vector;
 - :class:`BackboneAndHead`: a detector's backbone followed by its head on the feature maps, so a
   detector's convolutions run without its box decoding and post-processing.
 """
@@ -230,6 +231,24 @@ class TransposedDecoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.stages(x))
+
+
+class DCGANGenerator(nn.Module):
+    """DCGAN's generator (Radford et al.): a 128-dim latent (as a 1x1 map) to a 3x64x64 image through a k4 s1
+    transposed convolution and four k4 s2 p1 ones, each but the last followed by batch norm and ReLU."""
+
+    def __init__(self, latent: int = 128, width: int = 64) -> None:
+        super().__init__()
+        channels = [width * 8, width * 4, width * 2, width]
+        layers = [nn.ConvTranspose2d(latent, channels[0], 4, 1, 0, bias=False), nn.BatchNorm2d(channels[0]),
+                  nn.ReLU()]
+        for cin, cout in zip(channels, channels[1:]):
+            layers += [nn.ConvTranspose2d(cin, cout, 4, 2, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+        layers += [nn.ConvTranspose2d(channels[-1], 3, 4, 2, 1, bias=False), nn.Tanh()]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.net(z)
 
 
 class BackboneAndHead(nn.Module):

@@ -328,7 +328,8 @@ def picks(module: nn.Module, x: torch.Tensor, directions: tuple[str, ...] = DIRE
     layers = conv_core.capture_shapes(module.eval(), x)
     rows, by_backend = [], {d: {} for d in directions}
     for layer in layers:
-        row = {"module": layer.name, "problem": layer.problem.key, "count": layer.count}
+        row = {"module": layer.name, "modules": list(layer.modules), "problem": layer.problem.key,
+               "count": layer.count}
         if layer.transposed:
             row["transposed"] = True
         for direction in directions:

@@ -50,6 +50,8 @@ class Runner:
     #: Whether ``first_output`` is deterministic (no dropout was active), so comparing it to float64 means something.
     comparable: bool = True
     notes: list[str] = field(default_factory=list)
+    #: The module ``step`` calls (eager and training modes), for hooks such as :mod:`conv_core.model_attribution`'s.
+    module: nn.Module | None = None
 
 
 def is_random_layer(module: nn.Module) -> bool:
@@ -114,7 +116,7 @@ def _eager(module: nn.Module, x: torch.Tensor) -> Runner:
             return module(x)
 
     out, first_s = _first_call(step, x.device)
-    return Runner(step, out, first_s)
+    return Runner(step, out, first_s, module=module)
 
 
 def training_step(module: nn.Module, x: torch.Tensor, amp_dtype: torch.dtype | None):
@@ -138,7 +140,7 @@ def _train(module: nn.Module, x: torch.Tensor, amp_dtype: torch.dtype | None) ->
     step = training_step(module, x, amp_dtype)
     with random_layers_off(module):
         out, first_s = _first_call(step, x.device)
-    return Runner(step, out, first_s)
+    return Runner(step, out, first_s, module=module)
 
 
 def _graph(module: nn.Module, x: torch.Tensor) -> Runner:

@@ -1,0 +1,74 @@
+"""The per-layer attribution of the real-model benchmark, on the CPU: every convolution found with its forward
+and backward, the other ops by name, the picks and routes joined in."""
+
+import torch
+from torch import nn
+
+from conv_core import bench_models
+from conv_core.model_attribution import (attribute_mode, convolution_modules, describe, layer_ranges,
+                                         profile_steps, worst_layers)
+from conv_core.model_bench import ModelBenchConfig, model_picks
+from test_bench_tune import isolate
+
+CPU = torch.device("cpu")
+TINY_CONVOLUTIONS = ("stem.0", "body.0.0", "body.1.0", "head")
+
+
+def _tiny():
+    config = ModelBenchConfig(model="tiny", device="cpu", dtype="float32")
+    return config, bench_models.build("tiny"), bench_models.get("tiny").example(2, CPU)
+
+
+def test_every_convolution_module_is_found_and_its_ranges_leave(tmp_path, monkeypatch):
+    isolate(tmp_path, monkeypatch)
+    _, model, x = _tiny()
+    assert [name for name, _ in convolution_modules(model)] == list(TINY_CONVOLUTIONS)
+    layouts = {}
+    with layer_ranges(model, layouts):
+        model(x.to(memory_format=torch.channels_last))
+    assert set(layouts) == set(TINY_CONVOLUTIONS)
+    assert all(layouts[name] == ("channels_last", "channels_last") for name in TINY_CONVOLUTIONS)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_training_attributes_each_backward_to_its_layer(tmp_path, monkeypatch):
+    """A backward node is its layer's (sequence numbers), not an anonymous op of the rest."""
+    isolate(tmp_path, monkeypatch)
+    _, model, x = _tiny()
+    model.train()
+
+    def step():
+        model(x).square().mean().backward()
+
+    split, _ = profile_steps(step, model, CPU, warmup=1, steps=2)
+    assert set(split["layers"]) == set(TINY_CONVOLUTIONS)
+    for name, row in split["layers"].items():
+        assert row["fwd_host_us"] > 0 and row["bwd_host_us"] > 0, name
+        assert row["calls"] == 1
+    assert not any("Convolution" in op for op in split["outside"]), split["outside"].keys()
+    assert "aten::batch_norm" in split["outside"] and "NativeBatchNormBackward0" in split["outside"]
+
+
+def test_a_mode_joins_plain_converted_picks_and_routes(tmp_path, monkeypatch):
+    isolate(tmp_path, monkeypatch)
+    config, base, x = _tiny()
+    picks = model_picks(base, x, config)["conv"]
+    for mode in ("eager", "train"):
+        record = attribute_mode(mode, base, x, config, picks, steps=2)
+        assert record["mode"] == mode and [r["module"] for r in record["layers"]] == list(TINY_CONVOLUTIONS)
+        for row in record["layers"]:
+            assert row["fwd"].startswith("aten:") and row["route"] == "direct"
+            assert row["layout_conv"] == ["channels_last", "channels_last"] == row["layout_plain"]
+            assert row["plain"]["fwd_host_us"] > 0 and row["conv"]["fwd_host_us"] > 0
+            assert (row["conv"]["bwd_host_us"] > 0) == (mode == "train")
+        assert {"plain", "conv"} == set(record["totals"])
+        ops = {r["op"] for r in record["outside"]}
+        assert "aten::batch_norm" in ops and "aten::add" in ops
+        assert len(describe(record)) >= 2 and all(r["growth_us"] > 0 for r in worst_layers(record))
+
+
+def test_a_transposed_convolution_is_a_layer_too(tmp_path, monkeypatch):
+    isolate(tmp_path, monkeypatch)
+    model = nn.Sequential(nn.ConvTranspose2d(4, 4, 2, 2), nn.ReLU())
+    split, layouts = profile_steps(lambda: model(torch.randn(1, 4, 4, 4)), model, CPU, warmup=0, steps=1)
+    assert set(split["layers"]) == {"0"} and layouts["0"] == ("channels_first", "channels_first")

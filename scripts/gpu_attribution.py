@@ -1,0 +1,131 @@
+"""Where converted models lose time, and where a plugin call's host time goes (a diagnostic, run on the GPU).
+
+    python3 scripts/gpu_attribution.py --out DIR [--models resnet50,densenet121 --modes eager,train]
+                                       [--host-calls 300]
+
+For each model and mode: :func:`conv_core.model_attribution.attribute_mode` (each convolution's host and GPU
+time plain and converted, its layouts, kernels and route; the other ops by name), printed as
+:func:`~conv_core.model_attribution.describe` lines and written to ``DIR/attribution.json``. Then one small
+layer (2x64x8x8, 3x3, bf16 channels-last) called through each backend, forward and forward + backward: host
+microseconds per call and the Python functions that take them (cProfile), into ``DIR/host_profile.txt``.
+Plain PyTorch runs with ``torch.backends.cudnn.benchmark = True``, as in the real-model benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import io
+import json
+import pstats
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import conv_core
+from conv_core import bench_models
+from conv_core.model_attribution import attribute_mode, describe
+from conv_core.model_bench import ModelBenchConfig, cudnn_benchmark, model_picks
+
+
+def attribute_models(models: list[str], modes: list[str], out: Path) -> None:
+    records = []
+    for name in models:
+        spec = bench_models.get(name)
+        config = ModelBenchConfig(model=name, modes=tuple(modes))
+        base = bench_models.build(name).cuda()
+        x = spec.example(spec.default_batch, "cuda")
+        with cudnn_benchmark():
+            picks = model_picks(base, x, config).get("conv")
+            for mode in modes:
+                start = time.perf_counter()
+                try:
+                    record = attribute_mode(mode, base, x, config, picks)
+                except Exception as exc:  # one model failing must not end the others
+                    print(f"{name} {mode}: FAILED {type(exc).__name__}: {exc}", flush=True)
+                    continue
+                record["model"] = name
+                records.append(record)
+                print(f"{name} {mode} ({time.perf_counter() - start:.0f} s):", flush=True)
+                print("\n".join(describe(record, 6)), flush=True)
+        (out / "attribution.json").write_text(json.dumps(records, indent=1))
+        del base
+        torch.cuda.empty_cache()
+
+
+def host_profile(calls: int, out: Path) -> None:
+    """Host microseconds per call of one small layer through F.conv2d and each backend, and a cProfile of each."""
+    x = torch.randn(2, 64, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    variants = {"F.conv2d": lambda a, b: F.conv2d(a, b, None, 1, 1)}
+    for backend in [b.name for b in conv_core.get_engine().registry.active()] + ["aten"]:
+        variants[f"conv_core[{backend}]"] = functools.partial(_core_call, backend=backend)
+    report = io.StringIO()
+    for what in ("fwd", "fwd_bwd"):
+        for label, call in variants.items():
+            once = functools.partial(_step, call, x.detach().requires_grad_(what == "fwd_bwd"),
+                                     w.detach().requires_grad_(what == "fwd_bwd"))
+            try:
+                report.write(_host_case(f"{what} {label}", once, calls))
+            except Exception as exc:
+                print(f"host {what} {label}: FAILED {exc}")
+    (out / "host_profile.txt").write_text(report.getvalue())
+
+
+def _core_call(a, b, backend):
+    return conv_core.conv2d(a, b, None, 1, 1, backend=backend)
+
+
+def _step(call, a, b):
+    """One call, with its backward when the operands need gradients."""
+    if not a.requires_grad:
+        with torch.no_grad():
+            return call(a, b)
+    y = call(a, b)
+    y.backward(torch.ones_like(y))
+    return y
+
+
+def _host_case(label: str, once, calls: int) -> str:
+    """Print the host time per call of ``once``; return a cProfile of ``calls`` calls, heaviest functions first."""
+    for _ in range(20):
+        once()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        once()
+    host_us = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    print(f"host {label}: {host_us:.1f} us per call (host loop, no sync inside)", flush=True)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        once()
+    profiler.disable()
+    torch.cuda.synchronize()
+    stats = io.StringIO()
+    pstats.Stats(profiler, stream=stats).sort_stats("tottime").print_stats(18)
+    return f"==== {label}: {host_us:.1f} us per call\n{stats.getvalue()}\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", default="resnet50,mobilenet_v3_large,densenet121,vgg16_bn,dcgan_generator")
+    parser.add_argument("--modes", default="eager,train")
+    parser.add_argument("--host-calls", type=int, default=300)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    if args.host_calls:
+        host_profile(args.host_calls, out)
+    if args.models:
+        attribute_models(args.models.split(","), args.modes.split(","), out)
+
+
+if __name__ == "__main__":
+    main()
