@@ -58,6 +58,17 @@ def layers_line(layers: dict) -> str:
             f"convolution), geomean {summary['geomean_pick_speedup']:.2f}x; {summary['errors']} candidate errors")
 
 
+def speed_words(mode: dict) -> str:
+    """The converted model's speed against plain, with the lowest and highest round's where the record has them
+    (a figure from one noisy stretch of a shared machine reads as firmer than it is)."""
+    ratio = mode["ratios"].get("conv")
+    if not ratio:
+        return "no time (failed)"
+    spread = (mode.get("ratio_spread") or {}).get("conv")
+    rounds = f" (rounds {spread[0]:.2f}-{spread[1]:.2f})" if spread else ""
+    return f"{ratio:.2f}x plain PyTorch's speed{rounds}"
+
+
 def model_lines(model: dict) -> tuple[list[str], bool]:
     """One line per mode (converted time against plain, above 1x faster), and whether every output was right."""
     config = model["config"]
@@ -66,11 +77,9 @@ def model_lines(model: dict) -> tuple[list[str], bool]:
         if mode.get("skipped"):
             lines.append(f"{mode['mode']}: skipped ({mode['skipped']})")
             continue
-        ratio = mode["ratios"].get("conv")
         ok = all(mode.get("within_tolerance", {}).values())
         right = right and ok
-        speed = f"{ratio:.2f}x plain PyTorch's speed" if ratio else "no time (failed)"
-        lines.append(f"{mode['mode']}: converted model at {speed}; outputs "
+        lines.append(f"{mode['mode']}: converted model at {speed_words(mode)}; outputs "
                      f"{'within tolerance' if ok else 'OUTSIDE TOLERANCE'}")
     head = (f"model {model['model']} (batch {model['batch']}, {config['dtype']}, {config['layout']}), "
             "plain and converted in one process:")

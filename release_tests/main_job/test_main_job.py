@@ -68,9 +68,11 @@ def layers(device: str, name: str) -> dict:
             "rows": [{"picked": "rdna:implicit_gemm:m128"}, {"picked": "aten:native:default"}]}
 
 
-def model(device: str, eager: float, right: bool = True) -> dict:
+def model(device: str, eager: float, right: bool = True, spread: list[float] | None = None) -> dict:
     mode = {"mode": "eager", "skipped": None, "ratios": {"conv": eager},
             "within_tolerance": {"plain": True, "conv": right}}
+    if spread:
+        mode["ratio_spread"] = {"conv": spread}
     skipped = {"mode": "graph", "skipped": "needs CUDA", "ratios": {}, "within_tolerance": {}}
     return {"model": "tiny", "batch": 2, "config": {"dtype": "bfloat16", "layout": "channels_last"},
             "environment": {"devices": [{"device": device, "name": "x86_64", "cores": 2}]}, "modes": [mode, skipped]}
@@ -96,6 +98,14 @@ def test_a_gpu_verdict_names_the_card_and_the_picks():
     assert "slower than plain" not in text
     slower, _ = main_job_verdict.verdict(backends(), layers("cuda", "NVIDIA H200"), model("cuda", 0.91))
     assert "the converted model ran slower than plain PyTorch here (eager)" in "\n".join(slower)
+
+
+def test_a_verdict_gives_the_rounds_spread_where_the_record_has_it():
+    record = model("cuda", 0.898, spread=[0.87, 0.93])
+    lines, _ = main_job_verdict.verdict(backends(), layers("cuda", "NVIDIA H200"), record)
+    assert "eager: converted model at 0.90x plain PyTorch's speed (rounds 0.87-0.93); outputs within tolerance" \
+        in "\n".join(lines)
+    assert "the converted model ran slower than plain PyTorch here (eager)" in "\n".join(lines)
 
 
 @pytest.mark.parametrize("failed, right, why", [("rdna", True, "a backend failed to load"),

@@ -11,20 +11,21 @@ ENV = {"devices": [{"device": "cpu", "name": "x86"}, {"device": "cuda:0", "name"
        "versions": {"torch": "2.11.0", "triton": "3.6.0", "cudnn": 91900, "conv-core": "0.1.0"}}
 
 
-def mode(name, plain_ms, conv_ms, *, error=0.01, conv_error=0.012, within=True, skipped=None):
+def mode(name, plain_ms, conv_ms, *, error=0.01, conv_error=0.012, within=True, skipped=None, spread=None):
     if skipped:
         return {"mode": name, "skipped": skipped, "variants": {}, "ratios": {}, "within_tolerance": {}}
     return {"mode": name, "skipped": None, "tolerated_error": 0.02,
             "variants": {"plain": {"ms": plain_ms, "first_s": 1.0, "error": error, "notes": [], "failed": None},
                          "conv": {"ms": conv_ms, "first_s": 2.0, "error": conv_error, "notes": ["a note"],
                                   "failed": None}},
-            "ratios": {"conv": plain_ms / conv_ms}, "within_tolerance": {"plain": True, "conv": within}}
+            "ratios": {"conv": plain_ms / conv_ms}, "within_tolerance": {"plain": True, "conv": within},
+            **({"ratio_spread": {"conv": spread}, "rounds": 5, "iterations": 4} if spread else {})}
 
 
-def model_record(model, modes, date="2026-11-25T10:00:00+00:00", command=None):
+def model_record(model, modes, date="2026-11-25T10:00:00+00:00", command=None, config=None):
     picks = {"conv": {"by_backend": {"fwd": {"aten": {"problems": 3, "calls": 5}, "gluon": {"problems": 2,
                                                                                             "calls": 2}}}}}
-    return {"kind": "model", "model": model, "batch": 32, "config": {"reps": 20, "warmup": 3}, "modes": modes,
+    return {"kind": "model", "model": model, "batch": 32, "config": config or {"reps": 20, "warmup": 3}, "modes": modes,
             "picks": picks, "fused_available": False, "date": date, "environment": ENV,
             "backends": {"aten": "0.1.0", "gluon": "0.1.0"}, "command": command or f"conv-core bench --model {model}"}
 
@@ -148,6 +149,26 @@ def test_the_cli_writes_the_page_and_refuses_other_files(capsys, tmp_path):
     assert main(["bench", "--report", str(tmp_path / "other.json")]) == 2
     assert "not a benchmark record" in capsys.readouterr().err
     assert main(["bench", "--report", str(tmp_path / "missing.json")]) == 2
+
+
+def test_a_ratio_timed_in_rounds_shows_its_spread_beside_older_records_without():
+    rounds = model_record("mobilenet_v3_large", [mode("eager", 9.0, 10.0, spread=[0.87, 0.93])],
+                          config={"rounds": 5, "iterations": 4, "warmup": 3})
+    ddp = {"kind": "ddp", "model": "resnet50", "world_size": 4, "batch_per_rank": 32,
+           "ms": {"plain": 50.0, "conv": 40.0}, "ratio": 1.25, "ratio_spread": [1.2, 1.31],
+           "parameters_equal_across_ranks": {"plain": True, "conv": True}, "rounds": 5, "iterations": 4,
+           "command": "ddp"}
+    page = render([*records(), rounds, ddp])
+    assert "| mobilenet_v3_large | 0.900x (0.87-0.93) |" in page
+    assert "| resnet50 | 1.250x | 0.750x | 1.500x |" in page  # an older record: just the ratio
+    assert "3 warm-up iterations, then 5 rounds of 4 iterations per variant" in page
+    assert "median of 20 iterations after 3 warm-up ones" in page  # the older record's method, still said
+    assert "In brackets beside a ratio: the lowest and highest round's ratio" in page
+    assert "| resnet50 | 4 | 32 | 50 | 40 | 1.250x (1.20-1.31) |" in page
+    assert "| resnet50 | 2 | 32 | 50 | 40 | 1.250x |" in page  # the older DDP record
+    assert "median over alternating rounds" in page
+    old = render(records())
+    assert "In brackets" not in old and "alternating rounds" not in old
 
 
 @pytest.mark.parametrize("kind", ["model", "ddp", "host"])

@@ -11,8 +11,8 @@ from torch import nn
 import conv_core
 from conv_core import bench_models, bench_nets
 from conv_core.cli import main
-from conv_core.model_bench import (ModelBenchConfig, relative_error, run_model_bench, time_interleaved,
-                                   tolerated_error)
+from conv_core.model_bench import (ModelBenchConfig, _judge, describe_mode, median_and_spread, relative_error,
+                                   round_ratios, round_times, run_model_bench, time_interleaved, tolerated_error)
 from conv_core.model_bench_modes import random_layers_off, tensors_of
 from test_bench_tune import isolate
 
@@ -29,8 +29,8 @@ def fresh_engine(tmp_path, monkeypatch):
 def tiny_config(**changes) -> ModelBenchConfig:
     # aot_eager: dynamo's whole-graph capture and AOT autograd as under Inductor, without a C++ compile per
     # variant (about 10 s each on CI's CPU); the GPU runs use Inductor.
-    options = dict(model="tiny", device="cpu", dtype="float32", modes=("eager", "train", "compile"), reps=2,
-                   warmup=1, compile_backend="aot_eager")
+    options = dict(model="tiny", device="cpu", dtype="float32", modes=("eager", "train", "compile"), rounds=2,
+                   iterations=1, warmup=1, compile_backend="aot_eager")
     return ModelBenchConfig(**{**options, **changes})
 
 
@@ -38,8 +38,8 @@ def test_tiny_model_through_the_cli(capsys, tmp_path):
     """The CI smoke run: eager, train and compile on the CPU; the record's structure and the output errors."""
     path, page = tmp_path / "tiny.json", tmp_path / "page.md"
     code = main(["bench", "--model", "tiny", "--device", "cpu", "--dtype", "fp32", "--layout", "nhwc",
-                 "--modes", "eager,train,compile,graph", "--compile-backend", "aot_eager", "--reps", "2",
-                 "--warmup", "1", "--json", str(path)])
+                 "--modes", "eager,train,compile,graph", "--compile-backend", "aot_eager", "--rounds", "2",
+                 "--iterations", "2", "--warmup", "1", "--json", str(path)])
     out = capsys.readouterr().out
     assert code == 0 and "tiny, batch 2" in out and "picks (conv, fwd): aten" in out
     record = json.loads(path.read_text())  # strict JSON: no NaN anywhere
@@ -49,15 +49,19 @@ def test_tiny_model_through_the_cli(capsys, tmp_path):
     assert [m["mode"] for m in record["modes"]] == ["eager", "train", "compile", "graph"]
     graph = record["modes"][3]
     assert graph["skipped"] == "needs a CUDA device" and graph["variants"] == {}
+    assert record["config"]["rounds"] == 2 and record["config"]["iterations"] == 2 and "reps" not in record["config"]
     for mode in record["modes"][:3]:
-        assert mode["skipped"] is None
+        assert mode["skipped"] is None and mode["rounds"] == 2 and mode["iterations"] == 2
         expected = {"plain", "conv"} | ({"fused"} if mode["mode"] != "train" and record["fused_available"] else set())
         assert set(mode["variants"]) == expected
         for name, v in mode["variants"].items():
             assert v["failed"] is None, (mode["mode"], name, v["failed"])
-            assert v["ms"] > 0 and len(v["samples_ms"]) == 2 and v["first_s"] > 0
+            assert v["ms"] > 0 and len(v["samples_ms"]) == 4 and len(v["round_ms"]) == 2 and v["first_s"] > 0
+            assert v["ms_spread"] == [min(v["round_ms"]), max(v["round_ms"])]
             assert 0 <= v["error"] < 1e-5  # float32 against float64
         assert mode["ratios"]["conv"] > 0 and all(mode["within_tolerance"].values())
+        low, high = mode["ratio_spread"]["conv"]
+        assert low <= mode["ratios"]["conv"] <= high
     by_backend = record["picks"]["conv"]["by_backend"]
     assert by_backend["fwd"] == {"aten": {"problems": TINY_PROBLEMS, "calls": TINY_CALLS}}
     assert set(by_backend) == {"fwd", "bwd_data", "bwd_weight"}
@@ -120,6 +124,32 @@ def test_variants_can_be_narrowed_but_plain_always_runs():
         run_model_bench(tiny_config(variants=("fast",)))
 
 
+def test_a_variant_failing_mid_run_is_reported_and_the_others_keep_their_rounds(monkeypatch):
+    """A fused model that raises on its fourth call (first call, warm-up, round 0, then round 1) keeps round 0;
+    plain and conv run every round."""
+    class FailsLater(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.calls = inner, 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls == 4:
+                raise RuntimeError("went wrong")
+            return self.inner(x)
+
+    monkeypatch.setattr(conv_core, "optimize_for_inference", FailsLater, raising=False)
+    (mode,) = run_model_bench(tiny_config(modes=("eager",), rounds=3))["modes"]
+    fused = mode["variants"]["fused"]
+    assert fused["failed"] == "failed when stepped: RuntimeError: went wrong"
+    assert fused["round_ms"][0] > 0 and fused["round_ms"][1:] == [None, None] and len(fused["samples_ms"]) == 1
+    for name in ("plain", "conv"):
+        v = mode["variants"][name]
+        assert v["failed"] is None and len(v["round_ms"]) == 3 and None not in v["round_ms"]
+    assert len(mode["ratio_spread"]) == 2 and mode["ratio_spread"]["conv"][0] <= mode["ratios"]["conv"]
+    assert "fused FAILED (failed when stepped: RuntimeError: went wrong)" in describe_mode("tiny", mode)
+
+
 def test_unknown_mode_and_model_are_usage_errors(capsys):
     assert main(["bench", "--model", "tiny", "--modes", "eager,warp", "--device", "cpu"]) == 2
     assert "unknown mode(s) warp" in capsys.readouterr().err
@@ -127,23 +157,80 @@ def test_unknown_mode_and_model_are_usage_errors(capsys):
     assert "unknown model(s) nosuch" in capsys.readouterr().err
     assert main(["bench", "--model", "tiny", "--variants", "plain,fast", "--device", "cpu"]) == 2
     assert "unknown variant(s) fast" in capsys.readouterr().err
+    assert main(["bench", "--model", "tiny", "--reps", "3", "--device", "cpu"]) == 2
+    assert "give --rounds N --iterations M instead of --reps" in capsys.readouterr().err
+    assert main(["bench", "--model", "tiny", "--rounds", "0", "--device", "cpu"]) == 2
+    assert "must be 1 or more" in capsys.readouterr().err
 
 
 # ---- the pieces ---------------------------------------------------------------------------------
 
 
-def test_time_interleaved_alternates_and_records_failures():
+def recorder(order: list, *names: str) -> dict:
+    return {name: (lambda name=name: order.append(name)) for name in names}
+
+
+def test_time_interleaved_runs_blocks_in_alternating_rounds():
     order = []
+    samples, failed = time_interleaved(recorder(order, "x", "y"), CPU, warmup=2, rounds=3, iterations=2)
+    assert order == ["x", "y", "y", "x"  # warm-up, in turn
+                     , "x", "x", "y", "y", "y", "y", "x", "x", "x", "x", "y", "y"]  # rounds: forward, reversed, ...
+    assert failed == {} and all(len(rounds) == 3 and all(len(b) == 2 for b in rounds) for rounds in samples.values())
+    assert all(ms >= 0 for rounds in samples.values() for block in rounds for ms in block)
 
-    def fails():
+
+def test_time_interleaved_stops_a_failing_step_and_goes_on_with_the_others():
+    order, calls = [], []
+
+    def fails_on_third_call():
+        calls.append(1)
         order.append("b")
-        raise RuntimeError("boom")
+        if len(calls) == 3:
+            raise RuntimeError("boom")
 
-    samples, failed = time_interleaved({"a": lambda: order.append("a"), "b": fails, "c": lambda: order.append("c")},
-                                       CPU, warmup=1, reps=2)
-    assert order == ["a", "b", "c", "c", "a", "a", "c"]  # b raised on its first step and is not run again
-    assert len(samples["a"]) == len(samples["c"]) == 2 and samples["b"] == []
+    steps = {**recorder(order, "a"), "b": fails_on_third_call, **recorder(order, "c")}
+    samples, failed = time_interleaved(steps, CPU, warmup=1, rounds=3, iterations=1)
+    # warm-up a b c; round 0 a b c; round 1 c b(raises) a; round 2 a c: b is not run again
+    assert order == ["a", "b", "c", "a", "b", "c", "c", "b", "a", "a", "c"]
+    assert [len(b) for b in samples["b"]] == [1, 0, 0]
+    assert [len(b) for b in samples["a"]] == [len(b) for b in samples["c"]] == [1, 1, 1]
     assert failed == {"b": "failed when stepped: RuntimeError: boom"}
+
+
+def test_round_medians_and_the_ratio_median_and_spread_on_made_up_samples():
+    plain = round_times([[10.0, 12.0, 11.0], [20.0, 22.0, 21.0], [10.0, 10.0, 14.0], [9.0, 11.0, 10.0],
+                         [30.0, 30.0, 30.0]])
+    assert plain["round_ms"] == [11.0, 21.0, 10.0, 10.0, 30.0] and plain["ms_spread"] == [10.0, 30.0]
+    assert len(plain["samples_ms"]) == 15 and plain["ms"] == 12.0  # median of all 15 samples
+    conv = round_times([[10.0], [20.0], [12.5], [8.0], []])  # no fifth round (it failed)
+    assert conv["round_ms"] == [10.0, 20.0, 12.5, 8.0, None] and conv["ms"] == 11.25
+    ratios = round_ratios(plain["round_ms"], conv["round_ms"])
+    assert ratios == pytest.approx([1.1, 1.05, 0.8, 1.25])
+    median, spread = median_and_spread(ratios)
+    assert median == pytest.approx(1.075) and spread == pytest.approx([0.8, 1.25])
+    assert round_times([[], []]) == {"samples_ms": [], "round_ms": [None, None], "ms": None, "ms_spread": None}
+
+
+def test_judge_takes_the_median_of_per_round_ratios_not_the_ratio_of_medians():
+    """A slow stretch caught conv's block of round 1 and plain's of round 2: the ratio of the overall medians
+    would say 0.625x; the median of per-round ratios says 1.25x, its spread shows the disturbance."""
+    result = {"mode": "eager", "skipped": None, "ratios": {}, "ratio_spread": {}, "within_tolerance": {},
+              "variants": {"plain": {"error": None, "failed": None, **round_times([[10.0], [10.0], [20.0]])},
+                           "conv": {"error": None, "failed": None, **round_times([[8.0], [16.0], [16.0]])},
+                           "fused": {"error": None, "failed": None, **round_times([[10.0], [5.0], [40.0]])}}}
+    _judge(result, "float32")
+    assert result["ratios"]["conv"] == 1.25 and result["ratio_spread"]["conv"] == [0.625, 1.25]
+    assert result["ratios"]["fused"] == 1.0 and result["ratio_spread"]["fused"] == [0.5, 2.0]
+    assert "plain" not in result["ratios"] and result["variants"]["conv"]["ms"] == 16.0
+    line = describe_mode("m", result)
+    assert line == "m eager: plain 10.000 ms, conv 16.000 ms (1.250x, rounds 0.62-1.25), " \
+                   "fused 10.000 ms (1.000x, rounds 0.50-2.00)"
+
+
+def test_describe_mode_reads_a_result_without_spread():
+    result = {"mode": "eager", "skipped": None, "ratios": {"conv": 0.898},
+              "variants": {"plain": {"ms": 8.45, "failed": None}, "conv": {"ms": 9.41, "failed": None}}}
+    assert describe_mode("m", result) == "m eager: plain 8.450 ms, conv 9.410 ms (0.898x)"
 
 
 def test_relative_error_and_tolerance():

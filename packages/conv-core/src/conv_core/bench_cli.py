@@ -1,6 +1,7 @@
 """``conv-core bench``'s benchmarks beyond timing the candidates of layers::
 
-    conv-core bench --model NAME [--batch N --dtype bf16 --layout nhwc --modes eager,train,... --json PATH]
+    conv-core bench --model NAME [--batch N --dtype bf16 --layout nhwc --modes eager,train,... --rounds 5
+                                  --iterations 4 --json PATH]
     conv-core bench --host [--device cpu --calls 100 --json PATH]
     conv-core bench --holdout [--models a,b --layers 8 --batch 8 --budget-s 420 --json PATH]
     conv-core bench --report a.json [b.json ...] [--out docs/benchmarks/real-models.md]
@@ -38,6 +39,10 @@ def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGr
     g.add_argument("--compile-backend", default="inductor", help="--model: torch.compile's backend (default inductor)")
     g.add_argument("--variants", default="plain,conv,fused", help="--model: which of plain,conv,fused to run "
                    "(default all; plain always runs)")
+    g.add_argument("--rounds", type=_at_least_one, default=5, help="--model: alternating rounds; each ratio is the "
+                   "median over rounds of the round's plain / variant, shown with the lowest and highest (default 5)")
+    g.add_argument("--iterations", type=_at_least_one, default=4, help="--model: timed iterations per variant in "
+                   "each round, after --warmup (default 4)")
     g.add_argument("--models", help="--holdout: comma list of models (default: "
                    f"{','.join(bench_models.HOLDOUT_MODELS)})")
     g.add_argument("--budget-s", type=float, default=420.0, help="--holdout: seconds for the whole run (default 420)")
@@ -48,6 +53,14 @@ def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGr
     g.add_argument("--out", metavar="PATH", help="--report: the page to write (default: print it)")
     g.add_argument("--title", help="--report: the page's title (default: 'Real models: plain PyTorch against "
                    "conv-core')")
+
+
+def _at_least_one(text: str) -> int:
+    """A count of 1 or more: zero rounds or iterations would give no figure at all."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
 
 
 def chosen(args: argparse.Namespace) -> bool:
@@ -109,6 +122,7 @@ def _quiet(args: argparse.Namespace) -> bool:
 def _model(args: argparse.Namespace, device) -> dict:
     from .model_bench import VARIANTS, ModelBenchConfig, run_model_bench
 
+    _no_reps(args)
     modes = _choices(args.modes, MODES, "mode") if args.modes else MODES
     variants = _choices(args.variants, VARIANTS, "variant")
     _choices(args.model, bench_models.MODELS, "model")
@@ -116,8 +130,8 @@ def _model(args: argparse.Namespace, device) -> dict:
         _log(f"conv-core bench: {args.model} on the CPU takes many minutes per mode (the plugins' kernels need a "
              f"GPU); {', '.join(bench_models.CPU_MODELS)} is the CPU's model. Progress follows.")
     config = ModelBenchConfig(model=args.model, device=str(device), batch=args.batch, dtype=args.dtype,
-                              layout=args.layout, modes=modes, reps=args.reps, warmup=args.warmup,
-                              compile_backend=args.compile_backend, variants=variants)
+                              layout=args.layout, modes=modes, rounds=args.rounds, iterations=args.iterations,
+                              warmup=args.warmup, compile_backend=args.compile_backend, variants=variants)
     try:
         record = run_model_bench(config, log=_log, checkpoint=_checkpoint(args))
     except bench_models.ModelUnavailable as exc:
@@ -125,6 +139,22 @@ def _model(args: argparse.Namespace, device) -> dict:
     if not _quiet(args):
         print(model_table(record))
     return record
+
+
+def _no_reps(args: argparse.Namespace) -> None:
+    """``--reps`` is the kernel benchmark's; the model benchmark times in rounds, and silently ignoring an old
+    command's ``--reps`` would time something other than asked."""
+    if any(a == "--reps" or a.startswith("--reps=") for a in getattr(args, "argv", None) or []):
+        raise _usage("--model times in alternating rounds: give --rounds N --iterations M instead of --reps")
+
+
+def _ratio_cell(mode: dict, name: str) -> str | None:
+    """``0.898x (0.87-0.93)``: the ratio and its rounds' lowest and highest (just the ratio in an older record)."""
+    ratio = mode["ratios"].get(name)
+    if ratio is None:
+        return None
+    spread = mode.get("ratio_spread", {}).get(name)
+    return f"{ratio:.3f}x" + (f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else "")
 
 
 def model_table(record: dict) -> str:
@@ -139,14 +169,15 @@ def model_table(record: dict) -> str:
         for name in ("plain", "conv", "fused"):
             entry = v.get(name, {})
             cells.append("FAILED" if entry.get("failed") else ms(entry.get("ms")))
-        ratios = [f"{mode['ratios'][n]:.3f}x" if n in mode["ratios"] else None for n in ("conv", "fused")]
+        ratios = [_ratio_cell(mode, n) for n in ("conv", "fused")]
         errors = [f"{v[n]['error']:.2g}" if v.get(n, {}).get("error") is not None else None
                   for n in ("plain", "conv", "fused")]
         rows.append((mode["mode"], mode["skipped"], *cells, *ratios, *errors))
     table = format_table(("mode", "skipped", "plain ms", "conv ms", "fused ms", "conv x", "fused x", "err plain",
                           "err conv", "err fused"), rows, align="llrrrrrrrr")
     lines = [f"{record['model']}, batch {record['batch']}, {record['config']['dtype']} {record['config']['layout']} "
-             f"(ratio: plain time / variant time, above 1 conv-core is faster)", table]
+             f"(ratio: plain time / variant time, above 1 conv-core is faster; median over rounds, in brackets the "
+             f"lowest and highest round's)", table]
     for variant, picks in record.get("picks", {}).items():
         for direction, tally in picks.get("by_backend", {}).items():
             lines.append(f"picks ({variant}, {direction}): "

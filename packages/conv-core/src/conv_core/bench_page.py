@@ -33,6 +33,12 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}x"
 
 
+def _x_spread(value: float | None, spread: list[float] | None) -> str:
+    """``0.898x (0.87-0.93)``: a ratio and its rounds' lowest and highest, so a reader sees how far the machine
+    moved during the run; just the ratio for a record made before rounds (it has no spread)."""
+    return _x(value) + (f" ({spread[0]:.2f}-{spread[1]:.2f})" if value is not None and spread else "")
+
+
 def _num(value: float | None, digits: int = 3) -> str:
     """``digits`` significant digits, without an exponent from 100 up (a time of 1234 ms reads 1234)."""
     if value is None:
@@ -65,6 +71,15 @@ class Runs:
             ratio = merged["modes"].get(mode, {}).get("ratios", {}).get(variant)
             if ratio is not None:
                 found[model] = ratio
+        return found
+
+    def spreads(self, mode: str, variant: str = "conv") -> dict[str, list[float]]:
+        """model -> ``[lowest, highest]`` per-round ratio in ``mode``, where the record has one."""
+        found = {}
+        for model, merged in self.models.items():
+            spread = merged["modes"].get(mode, {}).get("ratio_spread", {}).get(variant)
+            if spread:
+                found[model] = spread
         return found
 
     def judged(self, mode: str) -> dict[str, float]:
@@ -199,7 +214,7 @@ def header(runs: Runs, title: str = DEFAULT_TITLE) -> list[str]:
     software = ", ".join(f"{k} {versions.get(k)}" for k in ("torch", "torchvision", "triton", "cudnn", "cuda",
                                                             "driver", "conv-core") if versions.get(k))
     configs = [merged["record"]["config"] for merged in runs.models.values()]
-    timing = ", ".join(sorted({f"median of {c['reps']} iterations after {c['warmup']} warm-up ones" for c in configs}))
+    timing = "; ".join(sorted({timing_words(c) for c in configs}))
     return [
         f"# {title}", "",
         f"Generated {datetime.now(timezone.utc).date()} by `conv-core bench --report` from {len(runs.records)} "
@@ -209,8 +224,23 @@ def header(runs: Runs, title: str = DEFAULT_TITLE) -> list[str]:
         "Each figure is `plain time / conv-core time` for one iteration (above 1: conv-core is faster), the "
         f"wall time with a device synchronize on either side, host work included ({timing}); plain and "
         "converted models are stepped in turn in one process, plain PyTorch with "
-        "`torch.backends.cudnn.benchmark = True`.",
+        "`torch.backends.cudnn.benchmark = True`." + (SPREAD_WORDS if any("rounds" in c for c in configs) else ""),
     ]
+
+
+#: What the brackets beside a ratio mean, said where some record was timed in rounds.
+SPREAD_WORDS = (" In brackets beside a ratio: the lowest and highest round's ratio (the same variant's time can move "
+                "1.4-1.85x between stretches of one run on a shared GPU; a ratio within a round compares the "
+                "variants in the same stretch).")
+
+
+def timing_words(config: dict) -> str:
+    """How a model record was timed: in alternating rounds, or (a record made before them) single iterations."""
+    if "rounds" in config:
+        return (f"{config['warmup']} warm-up iterations, then {config['rounds']} rounds of {config['iterations']} "
+                "iterations per variant, the variants in turn, the order reversed every other round; the figure is "
+                "the median over rounds of each round's ratio of medians")
+    return f"median of {config['reps']} iterations after {config['warmup']} warm-up ones"
 
 
 def targets_section(runs: Runs) -> list[str]:
@@ -227,7 +257,8 @@ def ratios_section(runs: Runs, variant: str, title: str) -> list[str]:
     modes = [m for m in runs.modes_run() if runs.ratios(m, variant)]
     if not modes:
         return []
-    rows = [[model] + [_x(runs.ratios(m, variant).get(model)) for m in modes] for model in runs.models]
+    rows = [[model] + [_x_spread(runs.ratios(m, variant).get(model), runs.spreads(m, variant).get(model))
+                       for m in modes] for model in runs.models]
     rows.append(["**geomean**"] + [f"**{_x(geomean(runs.ratios(m, variant).values()))}**" for m in modes])
     for name, models in (("headline models", HEADLINE_MODELS), ("new kinds", NEW_KIND_MODELS)):
         if set(models) & set(runs.models) and set(runs.models) - set(models):
@@ -355,12 +386,15 @@ def notes_section(runs: Runs) -> list[str]:
 
 def ddp_section(runs: Runs) -> list[str]:
     rows = [[r["model"], str(r["world_size"]), str(r["batch_per_rank"]), _num(r["ms"]["plain"]),
-             _num(r["ms"]["conv"]), _x(r["ratio"]),
+             _num(r["ms"]["conv"]), _x_spread(r["ratio"], r.get("ratio_spread")),
              ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r["parameters_equal_across_ranks"].items())]
             for r in runs.of("ddp")]
     if not rows:
         return []
-    return ["## DDP", "", "One AMP (bf16) training step under DistributedDataParallel, the slowest rank's median.", "",
+    rounds = any(r.get("ratio_spread") for r in runs.of("ddp"))
+    return ["## DDP", "", "One AMP (bf16) training step under DistributedDataParallel, the slowest rank's median"
+            + ("; the ratio is the median over alternating rounds of each round's, in brackets the lowest and highest."
+               if rounds else "."), "",
             *_table(["model", "GPUs", "batch per rank", "plain ms", "conv ms", "ratio",
                      "parameters equal on all ranks"], rows, "lrrrrrl")]
 

@@ -12,9 +12,13 @@ in each mode of :mod:`conv_core.model_bench_modes`, and reports per mode the med
 iteration (a device synchronize on either side: what the user waits for), the ratio
 ``plain / variant`` (above 1: conv-core is faster), the first call's time, and each variant's output
 error against the same model run in float64 on the same input (``max |y - y64| / max |y64|``).
-Variants are stepped in turn, in alternating order, so a drift of clocks or temperature during the
-run falls on all of them alike. It also counts which backend the converted model's problems are
-ranked to, per direction.
+
+Timing is in alternating rounds (:func:`time_interleaved`): in each round every variant runs a block of
+iterations, variants in turn, the order reversed every other round. On shared GPU machines one
+variant's median moved 1.4-1.85x between stretches of one process; a ratio taken within a round sees
+both variants in the same stretch. The ratio reported is the median over rounds of each round's
+``plain / variant`` (of the round's medians), with the lowest and highest round's ratio as its spread.
+It also counts which backend the converted model's problems are ranked to, per direction.
 """
 
 from __future__ import annotations
@@ -51,7 +55,11 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class ModelBenchConfig:
-    """What to run: the model, where, at which batch, dtype and layout, in which modes, how many times."""
+    """What to run: the model, where, at which batch, dtype and layout, in which modes, how many times.
+
+    Timing: ``warmup`` untimed iterations of each variant, then ``rounds`` alternating rounds of ``iterations``
+    timed iterations per variant (see :func:`time_interleaved`).
+    """
 
     model: str
     device: str = "cuda"
@@ -59,7 +67,8 @@ class ModelBenchConfig:
     dtype: str = "bfloat16"
     layout: str = "channels_last"
     modes: tuple[str, ...] = MODES
-    reps: int = 20
+    rounds: int = 5
+    iterations: int = 4
     warmup: int = 3
     compile_backend: str = "inductor"
     seed: int = 0
@@ -197,28 +206,74 @@ def _failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:400] if text else ''}"
 
 
-def time_interleaved(steps: dict[str, Callable[[], object]], device: torch.device, *, warmup: int,
-                     reps: int) -> tuple[dict[str, list[float]], dict[str, str]]:
-    """Wall milliseconds of each step, ``reps`` times after ``warmup``, steps taken in turn (forward and
-    backward order alternating); and the failure of each step that raised (it is not run again)."""
-    samples: dict[str, list[float]] = {name: [] for name in steps}
+def time_interleaved(steps: dict[str, Callable[[], object]], device: torch.device, *, warmup: int, rounds: int,
+                     iterations: int) -> tuple[dict[str, list[list[float]]], dict[str, str]]:
+    """Wall milliseconds of each step per round, ``{name: [[ms, ...] per round]}``, and the failure of each
+    step that raised (it is not stepped again; its later rounds stay empty, the others go on).
+
+    First ``warmup`` untimed steps of each, in turn; then ``rounds`` rounds in which each step runs a block of
+    ``iterations`` timed calls, steps in turn, the order reversed every other round. A drift of clocks or
+    temperature then falls within a round on every variant alike, and the per-round ratios cancel it; a block
+    rather than single calls gives each round a median of its own.
+    """
+    samples: dict[str, list[list[float]]] = {name: [[] for _ in range(rounds)] for name in steps}
     failed: dict[str, str] = {}
     names = list(steps)
-    for i in range(warmup + reps):
-        for name in names if i % 2 == 0 else names[::-1]:
-            if name in failed:
-                continue
-            _sync(device)
-            start = time.perf_counter()
-            try:
-                steps[name]()
-                _sync(device)
-            except Exception as exc:  # one variant failing must not end the others' measurement
-                failed[name] = f"failed when stepped: {_failure(exc)}"
-                continue
-            if i >= warmup:
-                samples[name].append((time.perf_counter() - start) * 1e3)
+    for i in range(warmup):
+        for name in _in_turn(names, i):
+            _step(steps, name, device, failed)
+    for r in range(rounds):
+        for name in _in_turn(names, r):
+            for _ in range(iterations):
+                ms = _step(steps, name, device, failed)
+                if ms is None:
+                    break
+                samples[name][r].append(ms)
     return samples, failed
+
+
+def _in_turn(names: list[str], i: int) -> list[str]:
+    """``names`` forward in even rounds, reversed in odd ones: no variant always runs first (or last)."""
+    return names if i % 2 == 0 else names[::-1]
+
+
+def _step(steps: dict[str, Callable[[], object]], name: str, device: torch.device,
+          failed: dict[str, str]) -> float | None:
+    """Wall milliseconds of one call of ``steps[name]`` between device synchronizes; None if it failed now
+    (recorded in ``failed``) or before: one variant failing must not end the others' measurement."""
+    if name in failed:
+        return None
+    _sync(device)
+    start = time.perf_counter()
+    try:
+        steps[name]()
+        _sync(device)
+    except Exception as exc:  # a failing variant is a result, not a crash
+        failed[name] = f"failed when stepped: {_failure(exc)}"
+        return None
+    return (time.perf_counter() - start) * 1e3
+
+
+def round_times(rounds: list[list[float]]) -> dict:
+    """One variant's times from its per-round samples: ``samples_ms`` (flat), ``round_ms`` (each round's
+    median, None for a round it did not run), ``ms`` (median of all samples) and ``ms_spread`` (lowest and
+    highest round median): the spread shows how far the machine drifted during the run."""
+    flat = [t for block in rounds for t in block]
+    medians = [statistics.median(block) if block else None for block in rounds]
+    measured = [m for m in medians if m is not None]
+    return {"samples_ms": flat, "round_ms": medians, "ms": statistics.median(flat) if flat else None,
+            "ms_spread": [min(measured), max(measured)] if measured else None}
+
+
+def round_ratios(plain: list[float | None], variant: list[float | None]) -> list[float]:
+    """``plain / variant`` of each round's medians, over the rounds both ran: both measured in the same
+    stretch of the run, so the machine's drift between stretches cancels."""
+    return [p / v for p, v in zip(plain, variant) if p and v]
+
+
+def median_and_spread(ratios: list[float]) -> tuple[float, list[float]]:
+    """The median of per-round ratios and their ``[lowest, highest]``: the figure and how far to trust it."""
+    return statistics.median(ratios), [min(ratios), max(ratios)]
 
 
 def prepare_variant(mode: str, build: Callable[[], nn.Module], xin: torch.Tensor, refs: References,
@@ -245,7 +300,8 @@ def run_mode(mode: str, base: nn.Module, x: torch.Tensor, refs: References, conf
              log: Log | None = None) -> dict:
     """Every variant of ``base`` in ``mode``: times, ratios to plain, output errors."""
     device = x.device
-    result: dict = {"mode": mode, "skipped": None, "variants": {}, "ratios": {}, "within_tolerance": {}}
+    result: dict = {"mode": mode, "skipped": None, "variants": {}, "ratios": {}, "ratio_spread": {},
+                    "within_tolerance": {}}
     if mode in CUDA_MODES and device.type != "cuda":
         result["skipped"] = "needs a CUDA device"
     else:
@@ -259,16 +315,16 @@ def run_mode(mode: str, base: nn.Module, x: torch.Tensor, refs: References, conf
             if runner is not None:
                 steps[name] = runner.step
         del runner
-        _progress(log, f"{config.model} {mode}: timing {', '.join(steps)}: {config.warmup} warm-up and "
-                       f"{config.reps} timed rounds")
-        samples, failed = time_interleaved(steps, device, warmup=config.warmup, reps=config.reps)
+        _progress(log, f"{config.model} {mode}: timing {', '.join(steps)}: {config.warmup} warm-up iterations, "
+                       f"then {config.rounds} alternating rounds of {config.iterations} iterations each")
+        samples, failed = time_interleaved(steps, device, warmup=config.warmup, rounds=config.rounds,
+                                           iterations=config.iterations)
         del steps  # the variants' modules, graphs and compiled code go with their steps
+        result["rounds"], result["iterations"] = config.rounds, config.iterations
         for name, why in failed.items():
             result["variants"][name]["failed"] = why
-        for name, times in samples.items():
-            entry = result["variants"][name]
-            entry["samples_ms"] = times
-            entry["ms"] = statistics.median(times) if times else None
+        for name, rounds in samples.items():
+            result["variants"][name].update(round_times(rounds))
         _judge(result, config.amp_dtype if mode in AMP_MODES else config.dtype)
         if mode.startswith("compile"):
             torch._dynamo.reset()
@@ -285,20 +341,22 @@ def _progress(log: Log | None, line: str) -> None:
 
 
 def _judge(result: dict, dtype: str) -> None:
-    """Fill in the ratios to plain and whether each variant's error is tolerated."""
+    """Fill in the ratios to plain (median over rounds of each round's ratio, and their spread) and whether
+    each variant's error is tolerated."""
     variants = result["variants"]
     plain = variants.get("plain", {})
     tolerated = tolerated_error(plain.get("error"), dtype)
     result["tolerated_error"] = tolerated
     for name, entry in variants.items():
-        if name != "plain" and plain.get("ms") and entry.get("ms"):
-            result["ratios"][name] = plain["ms"] / entry["ms"]
+        ratios = round_ratios(plain.get("round_ms") or [], entry.get("round_ms") or []) if name != "plain" else []
+        if ratios:
+            result["ratios"][name], result["ratio_spread"][name] = median_and_spread(ratios)
         if entry.get("error") is not None:
             result["within_tolerance"][name] = entry["error"] <= tolerated
 
 
 def describe_mode(model: str, result: dict) -> str:
-    """One line: the mode's times and ratios, or why it did not run."""
+    """One line: the mode's times and ratios (with the rounds' lowest and highest), or why it did not run."""
     if result["skipped"]:
         return f"{model} {result['mode']}: skipped ({result['skipped']})"
     parts = []
@@ -306,8 +364,9 @@ def describe_mode(model: str, result: dict) -> str:
         if entry["failed"]:
             parts.append(f"{name} FAILED ({entry['failed'][:120]})")
         elif entry["ms"] is not None:
-            ratio = result["ratios"].get(name)
-            parts.append(f"{name} {entry['ms']:.3f} ms" + (f" ({ratio:.3f}x)" if ratio else ""))
+            ratio, spread = result["ratios"].get(name), result.get("ratio_spread", {}).get(name)
+            rounds = f", rounds {spread[0]:.2f}-{spread[1]:.2f}" if spread else ""
+            parts.append(f"{name} {entry['ms']:.3f} ms" + (f" ({ratio:.3f}x{rounds})" if ratio else ""))
     return f"{model} {result['mode']}: " + ", ".join(parts)
 
 
