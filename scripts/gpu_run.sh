@@ -29,6 +29,8 @@
 #                and gradients against float64, eager time per call against F.* (scripts/gpu_layer_calls.py)
 #                into OUT_DIR/layer_calls.json
 #   host       : host time per call (conv-core bench --host) into OUT_DIR/host.json
+#   attribute  : where converted models lose time, per layer, and a cProfile of one plugin call per backend
+#                (scripts/gpu_attribution.py $ATTRIBUTION_ARGS) into OUT_DIR/attribution.json, host_profile.txt
 #   holdout    : the ranking on layers no table saw (conv-core bench --holdout $HOLDOUT_ARGS) into OUT_DIR/holdout.json
 #   ddp        : the DDP training step on every GPU (conv_core.model_bench_ddp) into OUT_DIR/ddp.json
 #   graphs     : CUDA graph capture of a training step with each backend forced (conv-core's GPU test) and
@@ -164,6 +166,10 @@ for stage in "$@"; do
       ;;
     host)
       conv-core bench --host --json "$out/host.json" 2>&1 | tail -30 || status=1
+      ;;
+    attribute)
+      python3 scripts/gpu_attribution.py --out "$out" ${ATTRIBUTION_ARGS:-} 2>&1 | grep -v -e USDT -e Warning \
+        | tee "$out/attribution.txt" || status=1
       ;;
     holdout)
       conv-core bench --holdout --json "$out/holdout.json" ${HOLDOUT_ARGS:-} 2>&1 | tail -30 || status=1

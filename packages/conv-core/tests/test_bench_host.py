@@ -4,7 +4,9 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from conv_core import Candidate, hookimpl
 from conv_core.bench_host import LAYER, RANKED, TORCH, per_call_us, run_host_bench
 from conv_core.cli import main
 from test_bench_tune import Plugin, isolate, raising_run, use_backends
@@ -60,3 +62,34 @@ def test_the_cli_writes_the_record(capsys, tmp_path):
     record = json.loads(path.read_text())
     assert record["kind"] == "host" and record["calls"] == 2 and "--host" in record["command"]
     assert {r["what"] for r in record["rows"]} == {"fwd", "fwd_bwd"} and LAYER == (2, 64, 8, 3)
+
+
+class FreeKernel(Plugin):
+    """A backend whose one kernel costs nothing: it returns a result allocated when the candidate was made."""
+
+    def __init__(self):
+        super().__init__("free", run=None)
+
+    @hookimpl
+    def conv_core_candidates(self, problem, device):
+        result = problem.empty_result(device)
+        return [Candidate(self.name, "k", "c", lambda a, b, bias=None, *, out=None: result, estimate_us=1e-3)]
+
+
+def test_the_core_adds_less_host_time_to_a_plugin_call_than_f_conv2d_costs(monkeypatch):
+    """The bound on the prepared path (issue 31): a plugin whose kernel costs nothing, called through
+    ``conv_core.conv2d`` (signature lookup, route, engine, candidate), issues faster than PyTorch's cheapest
+    convolution (``F.conv2d`` on one pixel): what conv-core adds to a plugin's launch stays under what a user
+    pays for ``F.conv2d`` anyway. Medians of interleaved rounds, as the host-time benchmark takes them."""
+    import conv_core
+
+    use_backends(monkeypatch, free=FreeKernel())
+    x, w = torch.randn(1, 1, 1, 1), torch.randn(1, 1, 1, 1)
+    with torch.no_grad():
+        times, failed = per_call_us({TORCH: lambda: F.conv2d(x, w), "core": lambda: conv_core.conv2d(x, w, backend="free")},
+                                    CPU,
+                                    calls=300, rounds=9, warmup=50)
+    assert not failed, failed
+    (route,) = conv_core.get_engine().calls.eager.values()
+    assert route.ranking.best.kernel_id == "free:k:c" and not route.direct
+    assert times["core"]["host_us"] <= times[TORCH]["host_us"], times

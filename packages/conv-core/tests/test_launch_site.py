@@ -16,6 +16,13 @@ class _Tensor:
     def __init__(self, address: int, dtype=torch.bfloat16, device: str = "cuda:0") -> None:
         self.device, self.dtype, self.address = torch.device(device), dtype, address
 
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def get_device(self) -> int:
+        return self.device.index if self.is_cuda else -1
+
     def data_ptr(self) -> int:
         return self.address
 
@@ -68,6 +75,37 @@ def test_the_first_launch_goes_through_the_jit_and_later_ones_straight_to_the_co
     site({"x_ptr": x2, "out_ptr": out2})
     assert len(kernel.jit_calls) == 1
     assert kernel.launches == [((4, 2, 1), (x2, out2, 100, 3, 64, True))]  # every parameter in order, defaults too
+
+
+class _StreamCompiled(_Compiled):
+    """A compiled kernel whose launcher takes the stream, as Triton's does."""
+
+    def __getitem__(self, grid):
+        return lambda *args, stream=None: self.kernel.launches.append((grid, args, stream))
+
+
+class _StreamKernel(_Kernel):
+    def __getitem__(self, grid):
+        def jit(**kwargs):
+            self.jit_calls.append(kwargs)
+            return _StreamCompiled(self)
+        return jit
+
+
+def test_a_launcher_that_takes_a_stream_gets_the_devices_current_one(monkeypatch):
+    """Triton's launcher asks which device is current and that device's stream; the site, whose caller made the
+    tensors' device current, hands it that device's stream itself."""
+    import conv_core.launch_site as launch_site
+
+    asked = []
+    monkeypatch.setattr(launch_site, "current_stream", lambda index: asked.append(index) or 7000 + index)
+    kernel = _StreamKernel()
+    site = _site(kernel)
+    for _ in range(2):
+        site({"x_ptr": _Tensor(1024, device="cuda:1"), "out_ptr": _Tensor(2048, device="cuda:1")})
+    assert len(kernel.jit_calls) == 1 and asked == [1]
+    (grid, args, stream), = kernel.launches
+    assert grid == (4, 2, 1) and args[2:] == (100, 3, 64, True) and stream == 7001
 
 
 @pytest.mark.parametrize("change", ["alignment", "dtype", "device"])

@@ -102,6 +102,26 @@ def test_a_measured_win_within_the_margin_stays_with_aten(monkeypatch):
     assert engine.ranking(call_problems(x, w, b, padding=1)[0], x.device).best.kernel_id == "aten:native:default"
 
 
+def test_a_gradients_win_that_does_not_pay_for_leaving_pytorchs_autograd_stays_direct(monkeypatch):
+    """A plugin measured 10% faster on the data gradient alone ranks first there, but the layer would leave
+    PyTorch's autograd for it (a Python function, a plugin call's host time): the call stays ``F.conv2d``."""
+    backend = Counting(directions=("bwd_data",))
+    engine = use_backends(monkeypatch, counting=backend)
+    x, w, b = tensors(grad=True)
+    problems = call_problems(x, w, b, padding=1)
+    prove_faster(engine, problems, ["counting:k:c"], aten_us=100.0, us=90.0)
+    assert engine.ranking(problems[1], x.device).best.kernel_id == "counting:k:c"
+    y = conv_core.conv2d(x, w, b, padding=1)
+    assert type(y.grad_fn).__name__ == "ConvolutionBackward0"
+    y.sum().backward()
+    assert backend.runs == []
+
+    prove_faster(engine, problems, ["counting:k:c"], aten_us=100.0, us=20.0)  # a win that pays
+    y = conv_core.conv2d(x, w, b, padding=1)
+    y.sum().backward()
+    assert type(y.grad_fn).__name__ != "ConvolutionBackward0" and backend.runs == ["bwd_data"]
+
+
 # ---- faults -----------------------------------------------------------------------------------------
 
 

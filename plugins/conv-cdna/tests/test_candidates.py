@@ -35,7 +35,7 @@ def test_a_cdna_gpu_gets_its_table_options_and_estimates(arch):
     options = {k: v for k, v in chip(arch).amd_options.items() if v}
     for c in found:
         assert "experimental" in c.tags and c.estimate_us > 0
-        launches = c.run.args[1].launches
+        launches = c.run.plan.launches
         assert all(dict(x.extra_options) == options for x in launches), c.kernel_id
     assert {c.kernel for c in found} == {e.name for e in REGISTRY.applicable(layer(arch))}
 
@@ -49,8 +49,8 @@ def test_other_gpus_are_declined_with_a_reason(arch, served_by):
 
 def test_emulating_a_cdna_table_keeps_the_threads_and_drops_the_amd_options(monkeypatch):
     monkeypatch.setenv("CONV_CDNA_ARCH", "gfx950")
-    on_h100 = {c.kernel_id: c.run.args[1] for c in candidates.candidates(layer("sm_90"), CUDA)}
-    native = {c.kernel_id: c.run.args[1] for c in candidates.candidates(layer("gfx950"), CUDA)}
+    on_h100 = {c.kernel_id: c.run.plan for c in candidates.candidates(layer("sm_90"), CUDA)}
+    native = {c.kernel_id: c.run.plan for c in candidates.candidates(layer("gfx950"), CUDA)}
     assert on_h100.keys() == native.keys()
     for kernel_id, plan in on_h100.items():
         for emulated, real in zip(plan.launches, native[kernel_id].launches):

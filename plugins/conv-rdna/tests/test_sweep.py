@@ -213,7 +213,8 @@ def test_winograd_is_gated_with_its_error_factor_and_timed_through_its_cache(mon
 @on_the_cpu
 def test_a_wrong_result_is_never_a_winner(monkeypatch):
     p = TINY["depthwise_fwd"]
-    monkeypatch.setattr(launch, "run", lambda problem, plan, a, *rest, out=None: problem.empty_result(a.device).zero_())
+    monkeypatch.setattr(launch.PlanRun, "__call__", lambda self, a, *rest, out=None: (
+        self.problem.empty_result(a.device).zero_()))
     rows = core_sweep.sweep_problem(sweep.RdnaSpace(SPACE), p, CPU, frozenset({"depthwise_fwd"}), reps=1)
     assert len(rows) == 3
     for r in rows:

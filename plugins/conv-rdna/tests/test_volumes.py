@@ -172,13 +172,13 @@ def test_a_3d_block_trains_through_the_public_api(monkeypatch):
     """A video block (a strided 3x3x3 convolution, a depthwise one, a pointwise one; NDHWC) runs forward and
     backward through ``conv_core.conv3d`` on the rdna backend, every direction on rdna's kernels, with the
     input's and every weight's gradient as float64 autograd gives them."""
-    ran, run = [], launch.run
+    ran, run = [], launch.PlanRun.__call__
 
-    def spy(problem, *args, **kwargs):
-        ran.append((problem.direction, problem.groups))
-        return run(problem, *args, **kwargs)
+    def spy(self, *args, **kwargs):
+        ran.append((self.problem.direction, self.problem.groups))
+        return run(self, *args, **kwargs)
 
-    monkeypatch.setattr(launch, "run", spy)
+    monkeypatch.setattr(launch.PlanRun, "__call__", spy)
     torch.manual_seed(0)
     x = torch.randn(2, 3, 5, 6, 6, dtype=torch.float64)
     weights = [torch.randn(8, 3, 3, 3, 3, dtype=torch.float64) / 9, torch.randn(8, 1, 3, 3, 3, dtype=torch.float64) / 5,

@@ -36,6 +36,23 @@ def jit_only() -> bool:
     return os.environ.get("CONV_CORE_JIT_LAUNCH") == "1"
 
 
+def _launcher(compiled, grid: tuple[int, ...]) -> Callable[[list, int], None]:
+    """``launch(args, device_index)`` of a compiled kernel on ``grid``, on that device's current stream.
+
+    The stream is read straight from torch (what Triton's launcher would ask for, minus asking which device is
+    current: the caller made the tensors' device current); a Triton whose launcher takes no ``stream`` asks itself.
+    """
+    runner = compiled[(*grid, 1, 1)[:3]]  # the launcher reads three grid sizes
+    if "stream" not in inspect.signature(runner).parameters:
+        return lambda args, index: runner(*args)
+    return lambda args, index: runner(*args, stream=current_stream(index))
+
+
+def current_stream(index: int) -> int:
+    """The handle of CUDA device ``index``'s current stream (what Triton's launcher asks torch for)."""
+    return torch._C._cuda_getCurrentRawStream(index)
+
+
 class LaunchSite:
     """Launches ``kernel[grid]`` with the tensors named ``pointers`` bound per call and ``values`` (the
     scalars and constexprs) and ``options`` (``num_warps``, ``num_stages``) fixed; the parameters named in
@@ -52,21 +69,22 @@ class LaunchSite:
     def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Launch with ``tensors`` (one per name of ``pointers``) on the current device and stream."""
         bound = [tensors[name] for name in self.pointers]
-        if bound[0].device.type != "cuda" or jit_only():
+        first = bound[0]
+        if not first.is_cuda or jit_only():
             self._through_jit(self._converted(tensors))
             return
-        key = (bound[0].device.index,
-               *((t.dtype, t.data_ptr() % POINTER_ALIGNMENT == 0) for t in bound))
+        index = first.get_device()
+        key = (index, *[t.dtype for t in bound], *[t.data_ptr() % POINTER_ALIGNMENT == 0 for t in bound])
         runner = self._runners.get(key)
         if runner is None:
             compiled = self._through_jit(self._converted(tensors))
-            self._runners[key] = compiled[(*self.grid, 1, 1)[:3]]  # the launcher reads three grid sizes
+            self._runners[key] = _launcher(compiled, self.grid)
             return
         template, slots = self._arguments
         args = template.copy()
-        for index, name, build in slots:
-            args[index] = tensors[name] if build is None else build(tensors[name])
-        runner(*args)
+        for position, name, build in slots:
+            args[position] = tensors[name] if build is None else build(tensors[name])
+        runner(args, index)
 
     def warmup(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Compile for tensors like ``tensors`` without launching (Triton's ``warmup``): a later launch finds the

@@ -12,6 +12,10 @@ it, so
 - everything else (a batch norm, a ``cat``, a layout copy, the optimizer) is grouped by op name, top-level ops
   only, so that a copy the converted model adds shows up as a row of its own.
 
+The profiler ties a GPU kernel to the op that launched it through the CUDA runtime's launch calls; Triton
+launches through the driver's API, so a plugin kernel's GPU time counts in the variant's total but in no layer
+(``unattributed_gpu_us``): a plugin layer's row shows its host time, and its GPU time is that remainder.
+
 Each layer also says its layout in and out and, for the converted model, the kernel ranked first in each
 direction and whether its route is *direct* (``F.conv*d`` itself) or through the engine. The profiler costs
 host time of its own, alike in both variants: compare the variants with each other, never with the timed
@@ -158,9 +162,11 @@ def _times(row: dict | None) -> dict[str, float]:
     return {k: round((row or {}).get(k, 0.0), 2) for k in _TIMES}
 
 
-def join(plain: dict, conv: dict, layouts: dict[str, dict[str, tuple[str, str]]], picks: dict | None) -> dict:
-    """One attribution record from the two variants' :func:`split_profile` results: layers in the model's order
-    with their times plain and converted, the other ops with theirs, and totals."""
+def join(splits: dict[str, dict], layouts: dict[str, dict[str, tuple[str, str]]], picks: dict | None) -> dict:
+    """One attribution record from each variant's :func:`split_profile` (``plain``, ``conv`` and, in inference,
+    ``fused``, whose convolutions run inside their chains and so count among the other ops): layers in the
+    model's order with their times plain and converted, the other ops with each variant's, and totals."""
+    plain, conv = splits["plain"], splits["conv"]
     by_module = _picks_by_module(picks)
     layer_rows = []
     for name in dict.fromkeys([*plain["layers"], *conv["layers"]]):
@@ -170,15 +176,18 @@ def join(plain: dict, conv: dict, layouts: dict[str, dict[str, tuple[str, str]]]
                            "calls": round(conv["layers"].get(name, {}).get("calls", 0.0), 2),
                            **by_module.get(name, {})})
     outside_rows = []
-    for op in dict.fromkeys([*plain["outside"], *conv["outside"]]):
-        p, c = plain["outside"].get(op, {}), conv["outside"].get(op, {})
-        outside_rows.append({"op": op, **{f"{k}_{v}": round(side.get(k, 0.0), 2)
-                                          for v, side in (("plain", p), ("conv", c))
+    for op in dict.fromkeys(op for split in splits.values() for op in split["outside"]):
+        outside_rows.append({"op": op, **{f"{k}_{variant}": round(split["outside"].get(op, {}).get(k, 0.0), 2)
+                                          for variant, split in splits.items()
                                           for k in ("count", "host_us", "gpu_us")}})
-    outside_rows.sort(key=lambda r: -abs(r["gpu_us_conv"] - r["gpu_us_plain"]) - abs(r["host_us_conv"]
-                                                                                        - r["host_us_plain"]))
+    outside_rows.sort(key=lambda row: -max(_change(row, variant) for variant in splits))
     return {"layers": layer_rows, "outside": outside_rows,
-            "totals": {variant: _totals(split) for variant, split in (("plain", plain), ("conv", conv))}}
+            "totals": {variant: _totals(split) for variant, split in splits.items()}}
+
+
+def _change(row: dict, variant: str) -> float:
+    """How far an op's host and GPU time moved from plain's in ``variant``."""
+    return sum(abs(row[f"{k}_{variant}"] - row[f"{k}_plain"]) for k in ("host_us", "gpu_us"))
 
 
 def _totals(split: dict) -> dict[str, float]:
@@ -187,6 +196,10 @@ def _totals(split: dict) -> dict[str, float]:
     totals["outside_host_us"] = round(sum(r["host_us"] for r in split["outside"].values()), 1)
     totals["outside_gpu_us"] = round(sum(r["gpu_us"] for r in split["outside"].values()), 1)
     totals["gpu_total_us"] = round(split["gpu_total_us"], 1)
+    # Kernels the profiler could not tie to the op that launched them: Triton's, launched through the driver's
+    # API, which the profiler's correlation misses. They are the plugins' kernels of the layers routed to them.
+    attributed = sum(totals[k] for k in ("fwd_gpu_us", "bwd_gpu_us", "outside_gpu_us"))
+    totals["unattributed_gpu_us"] = round(max(0.0, totals["gpu_total_us"] - attributed), 1)
     return totals
 
 
@@ -219,15 +232,17 @@ def describe(record: dict, count: int = 8) -> list[str]:
         lines.append(f"  {variant}: convolutions fwd host {t['fwd_host_us']:.0f} us gpu {t['fwd_gpu_us']:.0f} us, "
                      f"bwd host {t['bwd_host_us']:.0f} us gpu {t['bwd_gpu_us']:.0f} us; other ops host "
                      f"{t['outside_host_us']:.0f} us gpu {t['outside_gpu_us']:.0f} us; all kernels "
-                     f"{t['gpu_total_us']:.0f} us")
+                     f"{t['gpu_total_us']:.0f} us ({t['unattributed_gpu_us']:.0f} us of plugin kernels the profiler "
+                     "ties to no layer)")
     for row in worst_layers(record, count):
         lines.append(f"  layer {row['module']}: +{row['growth_us']:.0f} us ({row.get('fwd', '?')}, "
                      f"route {row.get('route', '?')}, layout {'->'.join(row['layout_conv'])}): "
                      + ", ".join(f"{k} {row['plain'][k]:.0f}->{row['conv'][k]:.0f}" for k in _TIMES))
+    variants = list(record["totals"])
     for row in record["outside"][:count]:
-        lines.append(f"  op {row['op']}: count {row['count_plain']:.0f}->{row['count_conv']:.0f}, host "
-                     f"{row['host_us_plain']:.0f}->{row['host_us_conv']:.0f} us, gpu {row['gpu_us_plain']:.0f}->"
-                     f"{row['gpu_us_conv']:.0f} us")
+        lines.append(f"  op {row['op']}: " + "; ".join(
+            f"{v} count {row[f'count_{v}']:.0f} host {row[f'host_us_{v}']:.0f} us gpu {row[f'gpu_us_{v}']:.0f} us"
+            for v in variants))
     return lines
 
 
@@ -253,13 +268,11 @@ def attribute_mode(mode: str, base: nn.Module, x: torch.Tensor, config, picks: d
     xin = cast_input(x, _weights_dtype(mode, config), config.layout)
     splits, layouts = {}, {}
     for name, build in make_variants(base, mode, config).items():
-        if name == "fused":  # its convolutions run inside their chains' modules: no layer of its own to time
-            continue
         runner = prepare(mode, build(), xin, amp_dtype=torch_dtype(config.amp_dtype),
                          compile_backend=config.compile_backend)
         splits[name], layouts[name] = profile_steps(runner.step, runner.module, x.device, steps=steps)
         del runner
-    record = join(splits["plain"], splits["conv"], layouts, picks)
+    record = join(splits, layouts, picks)
     kinds = route_kinds()
     for row in record["layers"]:
         if "problem" in row:

@@ -188,9 +188,9 @@ class ConvProblem:
         """Number of spatial dimensions (1, 2 or 3)."""
         return len(self.input_size)
 
-    @property
+    @functools.cached_property
     def output_size(self) -> tuple[int, ...]:
-        """Spatial size of the forward output."""
+        """Spatial size of the forward output (computed once: a plugin call allocates its result from it)."""
         return tuple(
             (i + lo + hi - d * (k - 1) - 1) // s + 1
             for i, (lo, hi), k, s, d in zip(self.input_size, self.padding, self.filter_size, self.stride, self.dilation)
@@ -215,7 +215,7 @@ class ConvProblem:
             return tuple(a for a, _ in self.padding)
         return None
 
-    @property
+    @functools.cached_property
     def result_shape(self) -> tuple[int, ...]:
         """Shape of what this direction computes: y, dx or dw."""
         return {"fwd": self.output_shape, "bwd_data": self.input_shape, "bwd_weight": self.weight_shape}[self.direction]

@@ -71,6 +71,10 @@ MARGIN = 1.05
 #: ResNet-50's AMP training step ran 2.5x slower for GPU-time wins of a few microseconds per layer.)
 ATEN_HOST_US = 20.0
 PLUGIN_HOST_US = 60.0
+#: Host time, in microseconds, that a layer's trip through conv-core's autograd function (a Python
+#: ``torch.autograd.Function`` whose backward the autograd engine's device thread runs under the GIL) adds to
+#: its forward and backward, beyond each direction's call (``scripts/gpu_attribution.py``'s host profile).
+GRAD_ROUTE_HOST_US = 60.0
 
 #: Sources of a time that count as evidence (measured on the hardware), as opposed to ``estimate``.
 MEASURED = ("tuning-db", "table:", "benchmark")

@@ -28,8 +28,8 @@ from .call import ConvArgs, problem_of_call
 from .call_cache import BackwardKey, OpKey
 from .engine import ANY_BACKEND, NoCandidateError, get_engine
 from .problem import ConvProblem, dtype_name, torch_dtype
-from .layout import detect_layout, to_layout
-from .ranking import Ranking
+from .layout import detect_layout, is_dense_in, to_layout
+from .ranking import ATEN_HOST_US, GRAD_ROUTE_HOST_US, MARGIN, PLUGIN_HOST_US, Ranking, is_measured
 
 log = logging.getLogger("conv_core")
 
@@ -39,23 +39,27 @@ _warned_fallbacks: set[tuple[str, str]] = set()
 
 
 class Route:
-    """What the engine decided for one call signature: the problem, its rankings, and how to feed it."""
+    """What the engine decided for one call signature: the problem, its rankings, and how to feed it.
+
+    Everything a call of the signature shares is worked out here, once: whether the input arrives dense in
+    the problem's layout (the signature includes its strides), the bias's dtype, the engine that runs it.
+    """
 
     __slots__ = ("args", "problem", "ranking", "backward", "layout", "bias_dtype", "direct", "conv", "conv_args",
-                 "activation")
+                 "activation", "x_dense", "engine")
 
     def __init__(self, args: ConvArgs, problem: ConvProblem, ranking: Ranking,
-                 backward: dict[str, Ranking]) -> None:
+                 backward: dict[str, Ranking], x_dense: bool = False) -> None:
         self.args, self.problem, self.ranking, self.backward = args, problem, ranking, backward
         self.layout = problem.layout
         self.bias_dtype = torch_dtype(problem.out_dtype)
-        rankings = (ranking, *backward.values())
         padding = args.symmetric_padding
         self.direct = (padding is not None and problem.out_dtype == problem.dtype
-                       and all("direct" in r.best.candidate.tags for r in rankings))
+                       and aten_route_wins((ranking, *backward.values())))
         self.conv = CONV[args.ndim]
         self.conv_args = (compact(args.stride), compact(padding), compact(args.dilation), args.groups)
         self.activation = activations.ACTIVATIONS[args.activation] if args.activation else None
+        self.x_dense, self.engine = x_dense, get_engine()
 
     def run(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """The forward convolution with its epilogue (autograd only on the direct route)."""
@@ -64,8 +68,37 @@ class Route:
             return y if self.activation is None else self.activation(y)
         if bias is not None and (bias.dtype is not self.bias_dtype or not bias.is_contiguous()):
             bias = bias.to(self.bias_dtype).contiguous()
-        operands = (to_layout(x, self.layout), to_layout(w, self.layout), bias)
-        return get_engine().execute(self.ranking, operands)
+        layout = self.layout
+        if not self.x_dense:
+            x = to_layout(x, layout)
+        if not is_dense_in(w, layout):
+            w = to_layout(w, layout)
+        return self.engine.execute(self.ranking, (x, w, bias))
+
+
+def aten_route_wins(rankings) -> bool:
+    """Whether a call whose directions rank as ``rankings`` runs best as ``F.conv*d`` itself, with PyTorch's
+    autograd: aten ranks first in every direction, or (with gradients, all times measured) the plugins' wins do
+    not pay for what the engine's route costs on the host.
+
+    A route through the engine costs each direction's host time at least (:data:`~conv_core.ranking.PLUGIN_HOST_US`
+    for a plugin, :data:`~conv_core.ranking.ATEN_HOST_US` for aten) and, with gradients, the Python autograd
+    function around them (:data:`~conv_core.ranking.GRAD_ROUTE_HOST_US`); the GPU and the host work side by side,
+    so a route costs the larger of its GPU and its host time. A plugin's GPU-time win on one gradient does
+    not pay for making the whole layer leave PyTorch's autograd unless it beats that, by :data:`MARGIN`.
+    """
+    if all("direct" in r.best.candidate.tags for r in rankings):
+        return True
+    if len(rankings) == 1:  # one direction: its ranking weighed the host times already
+        return False
+    aten = [next((r for r in ranking.ranked if "direct" in r.candidate.tags), None) for ranking in rankings]
+    best = [ranking.best for ranking in rankings]
+    if any(a is None for a in aten) or not all(is_measured(r.source) for r in (*aten, *best)):
+        return False  # aten cannot run every direction, or a time is an estimate: the rankings' word stands
+    host = sum(PLUGIN_HOST_US if "direct" not in r.candidate.tags else ATEN_HOST_US for r in best)
+    route = max(sum(r.us for r in best), host + GRAD_ROUTE_HOST_US)
+    direct = max(sum(a.us for a in aten), ATEN_HOST_US * len(aten))
+    return route * MARGIN > direct
 
 
 def compact(values: tuple[int, ...] | None):
@@ -110,7 +143,7 @@ def build_route(args: ConvArgs, x: torch.Tensor, w: torch.Tensor, bias: torch.Te
         for direction in ("bwd_data", "bwd_weight"):
             backward[direction] = rank_direction(problem.with_direction(direction), x.device, args.backend,
                                                  may_time)
-    return Route(args, problem, ranking, backward)
+    return Route(args, problem, ranking, backward, x_dense=is_dense_in(x, problem.layout))
 
 
 def cacheable(may_time: bool, device: torch.device) -> bool:
@@ -128,8 +161,8 @@ def _run_direction(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape
     Without a ``ranking`` the problem is ranked once and kept in the engine's backward cache.
     """
     engine = get_engine()
-    dtype = dtype_name(b.dtype if direction == "bwd_data" else a.dtype)
     if ranking is None:
+        dtype = dtype_name(b.dtype if direction == "bwd_data" else a.dtype)
         key = BackwardKey(direction, args, tuple(input_shape), tuple(weight_shape), dtype, layout, a.device,
                           torch.are_deterministic_algorithms_enabled())
         ranking = engine.calls.backward.get(key)
@@ -137,8 +170,12 @@ def _run_direction(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape
             problem = args.problem(direction, input_shape, weight_shape, dtype, layout, False, device_arch(a.device))
             ranking = rank_direction(problem, a.device, args.backend, True)
             engine.calls.backward[key] = ranking
-    torch_dt = torch_dtype(dtype)
-    return engine.execute(ranking, (to_layout(a.to(torch_dt), layout), to_layout(b.to(torch_dt), layout)))
+    dtype = torch_dtype(ranking.problem.dtype)
+    if a.dtype is not dtype:
+        a = a.to(dtype)
+    if b.dtype is not dtype:
+        b = b.to(dtype)
+    return engine.execute(ranking, (to_layout(a, layout), to_layout(b, layout)))
 
 
 def backward_data(grad_pre: torch.Tensor, w: torch.Tensor, input_shape, layout: str, args: ConvArgs,

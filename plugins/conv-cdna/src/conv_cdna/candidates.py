@@ -9,7 +9,6 @@ On a GPU that is not a CDNA one the backend declines, naming the architectures i
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import torch
@@ -64,7 +63,7 @@ def candidate(problem: ConvProblem, kernel: str, config, tab, device: torch.devi
     p = plan(problem, kernel, config, tab)
     us = model.estimate_us(problem, p, chip(tab.name))
     interpreted = device.type == "cpu"
-    return Candidate(BACKEND, kernel, p.config_name, run=functools.partial(entry.run or launch.run, problem, p),
+    return Candidate(BACKEND, kernel, p.config_name, run=launch.PlanRun(problem, p, entry.run),
                      estimate_us=us * INTERPRETED_SLOWDOWN + INTERPRETED_FIXED_US if interpreted else us,
                      tags=rdna_tags(problem, p, tab, device), workspace_bytes=p.workspace_bytes,
                      error_factor=entry.errors(problem))

@@ -56,7 +56,7 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 def _on(device: torch.device):
     """The device's context when it is not the current one (launches go to the current device)."""
-    if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+    if device.type == "cuda" and device.index is not None and device.index != torch._C._cuda_getDevice():
         return torch.cuda.device(device)
     return contextlib.nullcontext()
 
@@ -68,7 +68,7 @@ def _by_role(pointers: dict[str, str], tensors: dict[str, torch.Tensor]) -> dict
 
 
 def _index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
+    return device.index if device.index is not None else torch._C._cuda_getDevice()
 
 
 class _Run:

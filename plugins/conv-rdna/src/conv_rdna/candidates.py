@@ -7,7 +7,6 @@ README shows) that applies gives exactly one candidate, with the configuration t
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -60,7 +59,7 @@ def candidate(problem: ConvProblem, kernel: str, config, tab: configs.ArchTable,
     entry = REGISTRY[kernel]
     p = make_plan(problem, kernel, config, tab)
     return Candidate(BACKEND, kernel, p.config_name,
-                     run=functools.partial(entry.run or launch.run, problem, p),
+                     run=launch.PlanRun(problem, p, entry.run),
                      estimate_us=estimate(problem, p, tab, device.type == "cpu"), tags=tags(problem, p, tab, device),
                      workspace_bytes=p.workspace_bytes, error_factor=entry.errors(problem))
 

@@ -13,13 +13,14 @@ inside a CUDA graph being captured).
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 from conv_core.geometry import Geometry
 from conv_core.kit.launch import launch_all, workspace
-from conv_core.layout import is_dense_in, to_layout
-from conv_core.problem import ConvProblem
+from conv_core.layout import dense_strides, is_dense_in, to_layout
+from conv_core.problem import ConvProblem, torch_dtype
 from conv_core.weight_cache import DerivedWeightCache
 
 from .plans.channels_first import WEIGHT_FORMS
@@ -44,24 +45,53 @@ def repack(problem: ConvProblem, form: str, w: torch.Tensor) -> torch.Tensor:
     return packed.contiguous().view(g.r, g.s, packed.shape[2], -1)
 
 
+class PlanRun:
+    """``run(a, b, bias=None, *, out=None)`` of one candidate: what its problem and plan fix is computed here, once.
+
+    A plugin call's host time is part of what a user waits for (an eager model is often bound by it), so the
+    call itself only checks the operands' layout, allocates the result with strides known in advance and
+    launches. ``body`` is a kernel's own ``run(problem, plan, a, b, bias, *, out)`` where it has one (Winograd's
+    forward: the transformed-weight cache); the shared one otherwise.
+    """
+
+    __slots__ = ("problem", "plan", "body", "layout", "result", "form", "pack")
+
+    def __init__(self, problem: ConvProblem, plan: Plan, body=None) -> None:
+        self.problem, self.plan, self.body, self.layout = problem, plan, body, problem.layout
+        shape = problem.result_shape
+        self.result = (shape, dense_strides(shape, problem.layout), torch_dtype(problem.result_dtype))
+        self.form = (plan.weight_form, problem.groups) if plan.weight_form else None
+        self.pack = functools.partial(repack, problem, plan.weight_form) if plan.weight_form else None
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+        if self.body is not None:
+            return self.body(self.problem, self.plan, a, b, bias, out=out)
+        layout, plan = self.layout, self.plan
+        if self.form is not None:
+            b = PACKED_WEIGHTS.get(b, functools.partial(self.pack, b), form=self.form)
+        elif not is_dense_in(b, layout):
+            b = to_layout(b, layout)
+        if not is_dense_in(a, layout):
+            a = to_layout(a, layout)
+        if out is not None and not is_dense_in(out, layout):
+            out.copy_(self(a, b, bias))
+            return out
+        shape, strides, dtype = self.result
+        result = torch.empty_strided(shape, strides, dtype=dtype, device=a.device) if out is None else out
+        tensors = {"a": a, "b": b, "out": result}
+        if bias is not None:
+            tensors["bias"] = bias if bias.is_contiguous() else bias.contiguous()
+        if plan.workspace_elements:
+            tensors.update(workspace(plan.workspace_elements, plan.workspace_views, a.device))
+        if plan.zero:
+            tensors[plan.zero].zero_()
+        launch_all(plan.launches, tensors, a.device)
+        return result
+
+
 def run(problem: ConvProblem, plan: Plan, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
         out: torch.Tensor | None = None) -> torch.Tensor:
-    """Compute ``problem`` on operands ``a``, ``b`` (and ``bias``) into ``out`` or a new tensor."""
-    layout = problem.layout
-    if plan.weight_form:
-        b = PACKED_WEIGHTS.get(b, lambda: repack(problem, plan.weight_form, b), form=(plan.weight_form, problem.groups))
-    else:
-        b = to_layout(b, layout)
-    a = to_layout(a, layout)
-    if out is not None and not is_dense_in(out, layout):
-        out.copy_(run(problem, plan, a, b, bias))
-        return out
-    result = problem.empty_result(a.device) if out is None else out
-    tensors = {"a": a, "b": b, "out": result}
-    if bias is not None:
-        tensors["bias"] = bias.contiguous()
-    tensors.update(workspace(plan.workspace_elements, plan.workspace_views, a.device))
-    if plan.zero:
-        tensors[plan.zero].zero_()
-    launch_all(plan.launches, tensors, a.device)
-    return result
+    """Compute ``problem`` on operands ``a``, ``b`` (and ``bias``) into ``out`` or a new tensor (a
+    :class:`PlanRun` made for this call)."""
+    return PlanRun(problem, plan)(a, b, bias, out=out)

@@ -121,7 +121,7 @@ def workspace(elements: int, views: Sequence[tuple[str, int, int, str]],
 
 def launch_all(launches: Sequence[Launch], tensors: Mapping[str, torch.Tensor], device: torch.device) -> None:
     """Launch ``launches`` in order on ``device`` (made current if it is not), pointers bound by role."""
-    if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+    if device.type == "cuda" and device.index is not None and device.index != torch._C._cuda_getDevice():
         with torch.cuda.device(device):
             launch_all(launches, tensors, device)
         return
