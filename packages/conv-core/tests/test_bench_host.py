@@ -86,9 +86,8 @@ def test_the_core_adds_less_host_time_to_a_plugin_call_than_f_conv2d_costs(monke
     use_backends(monkeypatch, free=FreeKernel())
     x, w = torch.randn(1, 1, 1, 1), torch.randn(1, 1, 1, 1)
     with torch.no_grad():
-        times, failed = per_call_us({TORCH: lambda: F.conv2d(x, w), "core": lambda: conv_core.conv2d(x, w, backend="free")},
-                                    CPU,
-                                    calls=300, rounds=9, warmup=50)
+        calls = {TORCH: lambda: F.conv2d(x, w), "core": lambda: conv_core.conv2d(x, w, backend="free")}
+        times, failed = per_call_us(calls, CPU, calls=300, rounds=9, warmup=50)
     assert not failed, failed
     (route,) = conv_core.get_engine().calls.eager.values()
     assert route.ranking.best.kernel_id == "free:k:c" and not route.direct
