@@ -72,3 +72,20 @@ def test_a_transposed_convolution_is_a_layer_too(tmp_path, monkeypatch):
     model = nn.Sequential(nn.ConvTranspose2d(4, 4, 2, 2), nn.ReLU())
     split, layouts = profile_steps(lambda: model(torch.randn(1, 4, 4, 4)), model, CPU, warmup=0, steps=1)
     assert set(split["layers"]) == {"0"} and layouts["0"] == ("channels_first", "channels_first")
+
+
+def test_the_benchmark_attributes_on_request_and_the_page_shows_the_slower_modes(tmp_path, monkeypatch):
+    from conv_core.bench_page import render
+    from conv_core.model_bench import run_model_bench
+
+    isolate(tmp_path, monkeypatch)
+    config = ModelBenchConfig(model="tiny", device="cpu", dtype="float32", modes=("eager", "train"), rounds=1,
+                              iterations=1, warmup=0, variants=("plain", "conv"), attribute=True)
+    record = run_model_bench(config)
+    assert [a["mode"] for a in record["attribution"]] == ["eager", "train"]
+    assert all("failed" not in a and a["layers"] for a in record["attribution"])
+    for mode in record["modes"]:
+        mode["ratios"]["conv"] = 0.5 if mode["mode"] == "train" else 1.5
+    page = render([record])
+    assert "## Where the slower models lose time" in page and "### tiny, train (0.500x)" in page
+    assert "### tiny, eager" not in page and "convolutions, backward: host" in page

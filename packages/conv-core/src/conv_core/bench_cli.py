@@ -1,7 +1,7 @@
 """``conv-core bench``'s benchmarks beyond timing the candidates of layers::
 
     conv-core bench --model NAME [--batch N --dtype bf16 --layout nhwc --modes eager,train,... --rounds 5
-                                  --iterations 4 --json PATH]
+                                  --iterations 4 --attribute --json PATH]
     conv-core bench --host [--device cpu --calls 100 --json PATH]
     conv-core bench --holdout [--models a,b --layers 8 --batch 8 --budget-s 420 --json PATH]
     conv-core bench --report a.json [b.json ...] [--out docs/benchmarks/real-models.md]
@@ -39,6 +39,9 @@ def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGr
     g.add_argument("--compile-backend", default="inductor", help="--model: torch.compile's backend (default inductor)")
     g.add_argument("--variants", default="plain,conv,fused", help="--model: which of plain,conv,fused to run "
                    "(default all; plain always runs)")
+    g.add_argument("--attribute", action="store_true", help="--model: also profile each eager and training mode "
+                   "layer by layer (each convolution's host and GPU time plain and converted, its kernels and "
+                   "route; the other ops by name), into the record and the page")
     g.add_argument("--rounds", type=_at_least_one, default=5, help="--model: alternating rounds; each ratio is the "
                    "median over rounds of the round's plain / variant, shown with the lowest and highest (default 5)")
     g.add_argument("--iterations", type=_at_least_one, default=4, help="--model: timed iterations per variant in "
@@ -131,7 +134,8 @@ def _model(args: argparse.Namespace, device) -> dict:
              f"GPU); {', '.join(bench_models.CPU_MODELS)} is the CPU's model. Progress follows.")
     config = ModelBenchConfig(model=args.model, device=str(device), batch=args.batch, dtype=args.dtype,
                               layout=args.layout, modes=modes, rounds=args.rounds, iterations=args.iterations,
-                              warmup=args.warmup, compile_backend=args.compile_backend, variants=variants)
+                              warmup=args.warmup, compile_backend=args.compile_backend, variants=variants,
+                              attribute=args.attribute)
     try:
         record = run_model_bench(config, log=_log, checkpoint=_checkpoint(args))
     except bench_models.ModelUnavailable as exc:

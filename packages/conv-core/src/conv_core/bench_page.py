@@ -384,6 +384,25 @@ def notes_section(runs: Runs) -> list[str]:
     return ["## Notes", "", *notes] if notes else []
 
 
+def attribution_section(runs: Runs) -> list[str]:
+    """Where each model below 1.0x in a mode loses its time (the records of ``bench --model --attribute``)."""
+    from .model_attribution import page_lines
+
+    lines = []
+    for model, merged in runs.models.items():
+        for record in merged["record"].get("attribution", []):
+            ratio = merged["modes"].get(record["mode"], {}).get("ratios", {}).get("conv")
+            if "failed" in record or ratio is None or ratio >= 1.0:
+                continue
+            lines += ["", *page_lines(f"{model}, {record['mode']} ({ratio:.3f}x)", record)]
+    if not lines:
+        return []
+    return ["## Where the slower models lose time", "",
+            "Each model below 1.0x, profiled (`conv-core bench --model NAME --attribute`): microseconds per step "
+            "under the profiler, which slows the host alike in every variant; compare the columns, not the timed "
+            "milliseconds above. Layers are those whose converted host + GPU time grew most.", *lines]
+
+
 def ddp_section(runs: Runs) -> list[str]:
     rows = [[r["model"], str(r["world_size"]), str(r["batch_per_rank"]), _num(r["ms"]["plain"]),
              _num(r["ms"]["conv"]), _x_spread(r["ratio"], r.get("ratio_spread")),
@@ -434,7 +453,8 @@ def render(records: list[dict], title: str = DEFAULT_TITLE) -> str:
                                               "`optimize_for_inference`)"),
                 times_section(runs) if runs.models else [], limits_section(runs),
                 errors_section(runs) if runs.models else [],
-                picks_section(runs) if runs.models else [], notes_section(runs), ddp_section(runs),
+                picks_section(runs) if runs.models else [], attribution_section(runs), notes_section(runs),
+                ddp_section(runs),
                 host_section(runs), holdout_section(runs), commands_section(runs)]
     return "\n\n".join("\n".join(s).rstrip() for s in sections if s) + "\n"
 

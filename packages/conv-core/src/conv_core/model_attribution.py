@@ -34,6 +34,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from .layout import detect_layout
 
+#: The benchmark modes a model is profiled in: those that call the module eagerly.
+ATTRIBUTED_MODES = ("eager", "train", "amp_train")
 #: Prefix of the profiler range around one convolution module's call.
 LAYER_RANGE = "conv_core.layer:"
 #: Prefix of the autograd engine's event for one backward node.
@@ -259,8 +261,8 @@ def route_kinds() -> dict[str, str]:
 
 def attribute_mode(mode: str, base: nn.Module, x: torch.Tensor, config, picks: dict | None = None, *,
                    steps: int = 3) -> dict:
-    """The attribution record of ``base`` in ``mode`` (eager, train or amp_train): plain and converted, each
-    prepared as the benchmark prepares it (:func:`conv_core.model_bench_modes.prepare`), profiled in turn."""
+    """The attribution record of ``base`` in ``mode`` (one of :data:`ATTRIBUTED_MODES`): each variant prepared as
+    the benchmark prepares it (:func:`conv_core.model_bench_modes.prepare`), profiled in turn."""
     from .model_bench import _weights_dtype, cast_input, make_variants
     from .model_bench_modes import prepare
     from .problem import torch_dtype
@@ -279,3 +281,38 @@ def attribute_mode(mode: str, base: nn.Module, x: torch.Tensor, config, picks: d
             row["route"] = kinds.get(row["problem"], "?")
     return {"mode": mode, **record}
 
+
+
+# ---- on the benchmark page --------------------------------------------------------------------------------
+
+
+def page_lines(title: str, record: dict, count: int = 5) -> list[str]:
+    """A page's subsection for one model and mode: totals per variant, the layers that grew most, the other ops
+    that moved most (microseconds per step, from the profiled steps)."""
+    variants = list(record["totals"])
+    lines = [f"### {title}", "", "| per step | " + " | ".join(variants) + " |",
+             "| --- |" + " ---: |" * len(variants)]
+    for key, label in (("fwd_host_us", "convolutions, forward: host"), ("fwd_gpu_us", "convolutions, forward: GPU"),
+                       ("bwd_host_us", "convolutions, backward: host"), ("bwd_gpu_us", "convolutions, backward: GPU"),
+                       ("outside_host_us", "other ops: host"), ("outside_gpu_us", "other ops: GPU"),
+                       ("unattributed_gpu_us", "plugin kernels (GPU, no layer)"), ("gpu_total_us", "all kernels")):
+        lines.append(f"| {label} | " + " | ".join(f"{record['totals'][v].get(key, 0):.0f}" for v in variants) + " |")
+    worst = worst_layers(record, count)
+    if worst:
+        lines += ["", "| layer | kernel (fwd / bwd_data / bwd_weight) | route | host fwd, bwd plain -> conv | "
+                  "grew (us) |", "| --- | --- | --- | --- | ---: |"]
+        for row in worst:
+            kernels = " / ".join(str(row.get(d, "?")) for d in ("fwd", "bwd_data", "bwd_weight"))
+            host = (f"{row['plain']['fwd_host_us']:.0f}, {row['plain']['bwd_host_us']:.0f} -> "
+                    f"{row['conv']['fwd_host_us']:.0f}, {row['conv']['bwd_host_us']:.0f}")
+            lines.append(f"| {row['module']} | {kernels} | {row.get('route', '?')} | {host} | "
+                         f"{row['growth_us']:.0f} |")
+    ops = record["outside"][:count]
+    if ops:
+        lines += ["", "| other op | " + " | ".join(f"{v}: count, host, GPU us" for v in variants) + " |",
+                  "| --- |" + " --- |" * len(variants)]
+        for row in ops:
+            lines.append(f"| {row['op']} | " + " | ".join(
+                f"{row[f'count_{v}']:.0f}, {row[f'host_us_{v}']:.0f}, {row[f'gpu_us_{v}']:.0f}" for v in variants)
+                + " |")
+    return lines

@@ -74,6 +74,8 @@ class ModelBenchConfig:
     seed: int = 0
     #: Which of :data:`VARIANTS` to run (``plain`` always runs: every ratio is to it).
     variants: tuple[str, ...] = VARIANTS
+    #: Also profile each eager and training mode layer by layer (:mod:`conv_core.model_attribution`).
+    attribute: bool = False
 
     @property
     def amp_dtype(self) -> str:
@@ -451,5 +453,25 @@ def run_model_bench(config: ModelBenchConfig, log: Log | None = None,
             if checkpoint is not None:
                 checkpoint(record)
         record["picks"] = model_picks(base, x, config)
+        if config.attribute:
+            record["attribution"] = attribution(base, x, config, record["picks"].get("conv"), log)
     record["complete"] = True
     return record
+
+
+def attribution(base: nn.Module, x: torch.Tensor, config: ModelBenchConfig, picks: dict | None,
+                log: Log | None = None) -> list[dict]:
+    """:func:`conv_core.model_attribution.attribute_mode` of each eager and training mode of ``config``."""
+    from .model_attribution import ATTRIBUTED_MODES, attribute_mode, describe
+
+    records = []
+    for mode in (m for m in config.modes if m in ATTRIBUTED_MODES):
+        _progress(log, f"{config.model} {mode}: profiling each layer, plain and converted")
+        try:
+            records.append(attribute_mode(mode, base, x, config, picks))
+        except Exception as exc:  # the timed figures stand without it
+            records.append({"mode": mode, "failed": _failure(exc)})
+            continue
+        if log is not None:
+            log("\n".join([f"{config.model} {mode}: where the time goes", *describe(records[-1], 5)]))
+    return records
