@@ -11,3 +11,10 @@ def one_cpu_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def private_first_use_store(tmp_path_factory, monkeypatch):
+    """Benchmark-mode tests keep their first-use timings in a folder of their own, never in ~/.cache (and never
+    read another test's)."""
+    monkeypatch.setenv("CONV_CORE_FIRST_USE_DIR", str(tmp_path_factory.mktemp("first-use")))

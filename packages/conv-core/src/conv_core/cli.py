@@ -8,7 +8,7 @@
     conv-core bench    --model resnet50 [--modes eager,train --json f.json] | --host | --holdout | --report a.json ...
     conv-core tune     --suite resnet50 [--db PATH --export PATH --backend NAME]
     conv-core check    [--backend NAME]
-    conv-core warmup   --model resnet50 | --suite resnet50 [--batch 32 --dtype bf16 --layout nhwc --train]
+    conv-core warmup   --model resnet50 | --suite resnet50 [--batch 32 --dtype bf16 --layout nhwc --train --benchmark]
     conv-core info     [--json]
 
 Every subcommand is a small function over the library (:mod:`conv_core.explanation`,
@@ -275,11 +275,18 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     except (LookupError, ValueError) as exc:
         raise UsageError(_message(exc)) from None
     transposed = transposed_layers(args) if not args.model else frozenset()
-    done = warmup.warmup(problems, device, directions=DIRECTIONS if args.train else ("fwd",), transposed=transposed)
+    done = warmup.warmup(problems, device, directions=DIRECTIONS if args.train else ("fwd",), transposed=transposed,
+                         benchmark=args.benchmark)
     print(format_table(("layer", "dir", "kernel", "s"), [(w.name, _direction_label(w.problem, w.name in transposed),
                                                          w.kernel_id, f"{w.seconds:.2f}") for w in done],
                        align="lllr"))
     print(f"\n{len(done)} problems warmed up in {sum(w.seconds for w in done):.1f} s")
+    if args.benchmark:
+        from .engine import get_engine
+
+        where = get_engine().settings.first_use_dir
+        print(f"first-use timings kept in {where}" if where else
+              "first-use timings not kept on disk (CONV_CORE_FIRST_USE_DIR is off)")
     return 0
 
 
@@ -433,7 +440,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", help="tune only this backend's candidates, and aten's (to rank like with like)")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("warmup", help="compile the kernels a model or a suite will run, before its first call")
+    p = sub.add_parser("warmup", help="compile the kernels a model or a suite will run, before its first call",
+                       description="Run each problem of a model or a suite once, so that its kernels are compiled "
+                       "(and in Triton's disk cache) before the first real call. With --benchmark, each problem's "
+                       "candidates are also timed as benchmark mode (CONV_CORE_BENCHMARK=1) times them, and the "
+                       "times are kept in the first-use store (CONV_CORE_FIRST_USE_DIR, default "
+                       "~/.cache/conv-core/first-use): a later process in benchmark mode on the same GPU, driver "
+                       "and versions reads them instead of timing again.")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", help="a torchvision model name, e.g. resnet50 (random weights; needs torchvision)")
     which.add_argument("--suite", help="a named shape suite (see conv_core.suites)")
@@ -444,6 +457,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="nhwc/channels_last (default) or nchw/channels_first")
     p.add_argument("--train", action="store_true", help="the backward problems too (data and weight gradients)")
     p.add_argument("--fuse", action="store_true", help="(--model) convert as convert(model, fuse=True) does")
+    p.add_argument("--benchmark", action="store_true",
+                   help="rank in benchmark mode (as CONV_CORE_BENCHMARK=1): time each problem's candidates and keep "
+                   "the times in the first-use store (CONV_CORE_FIRST_USE_DIR), which later processes in "
+                   "benchmark mode read instead of timing again")
     p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
     p.set_defaults(func=cmd_warmup)
 

@@ -28,6 +28,7 @@ from .arch import device_arch, device_name
 from .call_cache import CallCaches
 from .candidate import Candidate
 from .errors import ConvArgumentError
+from .first_use import FirstUseStore, Measured, entry_key, scope
 from .plugins import Registry
 from .problem import ConvProblem
 from .ranking import BASELINE_BACKEND, MARGIN, PLUGIN_HOST_US, Ranked, Ranking, nondeterministic, rank
@@ -67,6 +68,8 @@ class Engine:
         self._timings: dict[str, Timings] = {}
         #: What each call signature was decided to run (:mod:`conv_core.call_cache`), the hot path's lookup.
         self.calls = CallCaches()
+        #: First-use timings kept across processes (:mod:`conv_core.first_use`); ``reset()`` leaves them.
+        self.first_use = FirstUseStore(self.settings.first_use_dir)
         self._lock = threading.Lock()
         if self.settings.trace and not log.handlers:
             log.addHandler(logging.StreamHandler())
@@ -135,7 +138,7 @@ class Engine:
         benchmarked, failed = None, {}
         timed = [c for c in candidates if not (deterministic and nondeterministic(c))]  # the others are excluded
         if timing and timed:
-            benchmarked, failed = self._benchmark(problem, device, timed)
+            benchmarked, failed = self._first_use_times(problem, device, backend, deterministic, timed)
         ranking = rank(problem, [c for c in candidates if c.kernel_id not in failed], declined,
                        self.timings(device), benchmarked, allow_nondeterministic=self.settings.nondeterministic,
                        trust_estimates=self.settings.trust_estimates,
@@ -152,27 +155,67 @@ class Engine:
                      ranking.best.source)
         return ranking
 
+    def _first_use_times(self, problem: ConvProblem, device: torch.device, backend: str | None,
+                         deterministic: bool, candidates: list[Candidate]) -> tuple[dict[str, float], dict[str, str]]:
+        """First-use (times, failures) of ``candidates``: read from the disk store when an earlier process of the
+        same scope measured them (:mod:`conv_core.first_use`), else timed now and written to the store."""
+        where, key = scope(device, self.versions()), entry_key(problem.key, backend, deterministic)
+        stored = self.first_use.get(where, key)
+        replayed = self._replay(stored, candidates) if stored is not None else None
+        if replayed is not None:
+            if self.settings.trace:
+                log.info("conv_core: %s: first-use times read from %s", problem.key, self.first_use.path(where))
+            return replayed
+        times, failed, transient = self._benchmark(problem, device, candidates)
+        if not transient:  # out of memory says nothing about a kernel: not kept for later processes
+            self.first_use.put(where, key, Measured(times, failed))
+        return times, failed
+
+    def _replay(self, stored: Measured, candidates: list[Candidate]) -> tuple[dict[str, float], dict[str, str]] | None:
+        """What :meth:`_benchmark` would measure of ``candidates`` (same order, same early stop), taken from
+        ``stored``; None when it lacks a candidate that would be timed (a new one: everything is timed again)."""
+        times, failed = {}, {}
+        for c in self._timing_order(candidates):
+            if self._stops_early(c, times):
+                break
+            if c.kernel_id in stored.us:
+                times[c.kernel_id] = stored.us[c.kernel_id]
+            elif c.kernel_id in stored.failed:
+                failed[c.kernel_id] = stored.failed[c.kernel_id]
+            else:
+                return None
+        return times, failed
+
     def _benchmark(self, problem: ConvProblem, device: torch.device,
-                   candidates: list[Candidate]) -> tuple[dict[str, float], dict[str, str]]:
-        """Opt-in first-use timing: (times, failures) by kernel id; a candidate that fails is not ranked.
+                   candidates: list[Candidate]) -> tuple[dict[str, float], dict[str, str], bool]:
+        """Opt-in first-use timing: (times, failures) by kernel id, and whether a failure was transient (out of
+        memory); a candidate that fails is not ranked.
 
         aten is timed first: when it takes less than a plugin's host time per call (and the margin), no
         plugin can earn its place (:func:`conv_core.ranking.baseline_first`), so the others are neither
         compiled nor timed.
         """
         operands = random_operands(problem, device, seed=0)
-        times, failed = {}, {}
-        candidates = sorted(candidates, key=lambda c: c.backend != BASELINE_BACKEND)
-        for c in candidates:
-            if (not self.settings.trust_estimates and c.backend != BASELINE_BACKEND
-                    and times.get(BASELINE_KERNEL, float("inf")) < PLUGIN_HOST_US * MARGIN):
+        times, failed, transient = {}, {}, False
+        for c in self._timing_order(candidates):
+            if self._stops_early(c, times):
                 break
             try:
                 times[c.kernel_id] = median_us(functools.partial(c.run, *operands), device, warmup=2, reps=10)
             except Exception as exc:
                 log.warning("conv_core: benchmarking %s failed: %s", c.kernel_id, exc)
                 failed[c.kernel_id] = f"{type(exc).__name__}: {exc}"
-        return times, failed
+                transient = transient or is_transient(exc)
+        return times, failed, transient
+
+    @staticmethod
+    def _timing_order(candidates: list[Candidate]) -> list[Candidate]:
+        return sorted(candidates, key=lambda c: c.backend != BASELINE_BACKEND)  # aten first
+
+    def _stops_early(self, c: Candidate, times: dict[str, float]) -> bool:
+        """Whether timing stops before ``c``: aten, timed first, is under a plugin's host time."""
+        return (not self.settings.trust_estimates and c.backend != BASELINE_BACKEND
+                and times.get(BASELINE_KERNEL, float("inf")) < PLUGIN_HOST_US * MARGIN)
 
     # ---- running -------------------------------------------------------------
 

@@ -9,6 +9,10 @@ so that the compiled kernels are in the disk cache for every later process and i
 The problems of a model are those :func:`conv_core.capture_shapes` records on a copy built on the ``meta``
 device (no memory, no weights downloaded) and converted as the user's model is (:func:`conv_core.convert`):
 so a fused epilogue warms up the kernel that runs it.
+
+With ``benchmark`` (``conv-core warmup --benchmark``) each problem is ranked in first-use benchmark mode, as
+``CONV_CORE_BENCHMARK=1`` ranks it: its candidates are timed now and the times land in the first-use store
+(:mod:`conv_core.first_use`), so a later process in benchmark mode reads them instead of timing again.
 """
 
 from __future__ import annotations
@@ -78,17 +82,18 @@ def in_directions(problems: Iterable[tuple[str, ConvProblem]], directions: Seque
 
 
 def warmup(problems: Iterable[tuple[str, ConvProblem]], device: torch.device, *,
-           directions: Sequence[str] = ("fwd",), on_done=None, transposed: Collection[str] = ()) -> list[WarmedUp]:
+           directions: Sequence[str] = ("fwd",), on_done=None, transposed: Collection[str] = (),
+           benchmark: bool = False) -> list[WarmedUp]:
     """Run each of ``problems`` (in each of ``directions``; ``transposed``: as :func:`in_directions`) once
     through the engine's first-ranked candidate, on random operands; ``on_done(WarmedUp)`` after each.
-    Returns what ran, in order."""
+    ``benchmark``: rank in first-use benchmark mode (see the module's text). Returns what ran, in order."""
     from .engine import get_engine
     from .reference import random_operands
 
     unknown = set(directions) - set(DIRECTIONS)
     if unknown:
         raise ValueError(f"directions {sorted(unknown)} are not among {', '.join(DIRECTIONS)}")
-    engine, done = get_engine(), []
+    engine, done = (benchmark_engine(device) if benchmark else get_engine()), []
     for name, problem in in_directions(problems, directions, transposed):
         started = time.perf_counter()
         ranking = engine.ranking(problem, device)
@@ -99,3 +104,16 @@ def warmup(problems: Iterable[tuple[str, ConvProblem]], device: torch.device, *,
         if on_done is not None:
             on_done(done[-1])
     return done
+
+
+def benchmark_engine(device: torch.device):
+    """The process-wide engine if it is in benchmark mode on ``device``; else one that is, sharing its backends
+    (so that the process-wide engine's choices stay as its settings make them)."""
+    import dataclasses
+
+    from .engine import Engine, get_engine
+
+    engine = get_engine()
+    if engine.benchmark_mode(device):
+        return engine
+    return Engine(dataclasses.replace(engine.settings, benchmark=True), engine.registry)
