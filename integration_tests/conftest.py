@@ -72,10 +72,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def clean_environment(setenv, delenv, tuning_db: Path) -> None:
-    """Remove every CONV_CORE_* variable, point the tuning database at ``tuning_db``, trust estimates."""
+    """Remove every CONV_CORE_* variable, point the tuning database at ``tuning_db`` and the first-use store beside
+    it (never the user's cache), trust estimates."""
     for name in [n for n in os.environ if n.startswith("CONV_CORE_")]:
         delenv(name)
     setenv("CONV_CORE_TUNING_DB", str(tuning_db))
+    setenv("CONV_CORE_FIRST_USE_DIR", str(tuning_db.parent / "first-use"))
     setenv("CONV_CORE_TRUST_ESTIMATES", "1")
 
 
