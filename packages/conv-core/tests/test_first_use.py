@@ -331,3 +331,41 @@ def test_warmup_without_benchmark_times_nothing(tmp_path, monkeypatch, timed):
 
     warmup.warmup([("conv", PROBLEM)], CPU)
     assert timed[0] == 0
+
+
+# ---- only what a measured time does not already answer is timed ------------------------------------------
+
+
+def _measure(engine, problem, us_by_kernel):
+    """Tuning-database entries for ``problem`` on the CPU (what ``conv-core tune`` would write)."""
+    from conv_core.tuning import Entry, write_entries
+
+    versions = engine.versions()
+    write_entries(engine.settings.tuning_db, [Entry("x86_64", "cpu", problem.key, k, versions[k.split(":")[0]], us)
+                                              for k, us in us_by_kernel.items()])
+    engine.reset()
+
+
+def test_a_candidate_with_a_measured_time_is_not_timed_on_first_use(tmp_path, timed, monkeypatch):
+    """A measured time outranks a first-use one, so first use times only the candidates nobody measured."""
+    import conv_core.engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "device_name", lambda device: "x86_64")
+    store, plugin = tmp_path / "first-use", Counting()
+    engine = make_engine(store, plugin)
+    _measure(engine, PROBLEM, {"fake:k:c": 5.0})
+    ranking = engine.ranking(PROBLEM, CPU)
+    assert timed[0] == 1 and plugin.runs == 0  # aten alone was timed
+    sources = {r.kernel_id: r.source for r in ranking.ranked}
+    assert sources == {"fake:k:c": "tuning-db", "aten:native:default": "benchmark"}
+
+
+def test_a_measured_aten_under_a_plugins_host_time_stops_first_use_timing(tmp_path, timed, monkeypatch):
+    import conv_core.engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "device_name", lambda device: "x86_64")
+    store, plugin = tmp_path / "first-use", Counting()
+    engine = make_engine(store, plugin, trust_estimates=False)
+    _measure(engine, PROBLEM, {"aten:native:default": 5.0})
+    engine.ranking(PROBLEM, CPU)
+    assert timed[0] == 0 and plugin.runs == 0  # nothing a plugin could win: nothing compiled or timed

@@ -31,7 +31,8 @@ from .errors import ConvArgumentError
 from .first_use import FirstUseStore, Measured, entry_key, scope
 from .plugins import Registry
 from .problem import ConvProblem
-from .ranking import BASELINE_BACKEND, MARGIN, PLUGIN_HOST_US, Ranked, Ranking, nondeterministic, rank
+from .ranking import (BASELINE_BACKEND, MARGIN, PLUGIN_HOST_US, Ranked, Ranking, measured_time, nondeterministic,
+                      rank)
 from .reference import random_operands
 from .settings import Settings
 from .timing import is_capturing, median_us
@@ -137,8 +138,9 @@ class Engine:
         candidates, declined = self.registry.candidates(problem, device, only=backend)
         benchmarked, failed = None, {}
         timed = [c for c in candidates if not (deterministic and nondeterministic(c))]  # the others are excluded
+        timed, known = self._unmeasured(problem, device, timed)
         if timing and timed:
-            benchmarked, failed = self._first_use_times(problem, device, backend, deterministic, timed)
+            benchmarked, failed = self._first_use_times(problem, device, backend, deterministic, timed, known)
         ranking = rank(problem, [c for c in candidates if c.kernel_id not in failed], declined,
                        self.timings(device), benchmarked, allow_nondeterministic=self.settings.nondeterministic,
                        trust_estimates=self.settings.trust_estimates,
@@ -155,28 +157,45 @@ class Engine:
                      ranking.best.source)
         return ranking
 
+    def _unmeasured(self, problem: ConvProblem, device: torch.device,
+                    candidates: list[Candidate]) -> tuple[list[Candidate], dict[str, float]]:
+        """The candidates first-use timing must time, and the measured times (tuning database, shipped tables) of
+        the others by kernel id: a measured time outranks a first-use one (:mod:`conv_core.ranking`), so timing
+        such a candidate would only cost its compilation and the user's wait."""
+        timings, todo, known = self.timings(device), [], {}
+        for c in candidates:
+            found = measured_time(timings, problem, c.kernel_id)
+            if found is None:
+                todo.append(c)
+            elif found.status == "ok":
+                known[c.kernel_id] = found.us
+        return todo, known
+
     def _first_use_times(self, problem: ConvProblem, device: torch.device, backend: str | None,
-                         deterministic: bool, candidates: list[Candidate]) -> tuple[dict[str, float], dict[str, str]]:
+                         deterministic: bool, candidates: list[Candidate],
+                         known: dict[str, float]) -> tuple[dict[str, float], dict[str, str]]:
         """First-use (times, failures) of ``candidates``: read from the disk store when an earlier process of the
-        same scope measured them (:mod:`conv_core.first_use`), else timed now and written to the store."""
+        same scope measured them (:mod:`conv_core.first_use`), else timed now and written to the store. ``known``:
+        the measured times of the candidates not timed (aten's, when a table has it, still stops timing early)."""
         where, key = scope(device, self.versions()), entry_key(problem.key, backend, deterministic)
         stored = self.first_use.get(where, key)
-        replayed = self._replay(stored, candidates) if stored is not None else None
+        replayed = self._replay(stored, candidates, known) if stored is not None else None
         if replayed is not None:
             if self.settings.trace:
                 log.info("conv_core: %s: first-use times read from %s", problem.key, self.first_use.path(where))
             return replayed
-        times, failed, transient = self._benchmark(problem, device, candidates)
+        times, failed, transient = self._benchmark(problem, device, candidates, known)
         if not transient:  # out of memory says nothing about a kernel: not kept for later processes
             self.first_use.put(where, key, Measured(times, failed))
         return times, failed
 
-    def _replay(self, stored: Measured, candidates: list[Candidate]) -> tuple[dict[str, float], dict[str, str]] | None:
+    def _replay(self, stored: Measured, candidates: list[Candidate],
+                known: dict[str, float]) -> tuple[dict[str, float], dict[str, str]] | None:
         """What :meth:`_benchmark` would measure of ``candidates`` (same order, same early stop), taken from
         ``stored``; None when it lacks a candidate that would be timed (a new one: everything is timed again)."""
         times, failed = {}, {}
         for c in self._timing_order(candidates):
-            if self._stops_early(c, times):
+            if self._stops_early(c, {**known, **times}):
                 break
             if c.kernel_id in stored.us:
                 times[c.kernel_id] = stored.us[c.kernel_id]
@@ -186,19 +205,19 @@ class Engine:
                 return None
         return times, failed
 
-    def _benchmark(self, problem: ConvProblem, device: torch.device,
-                   candidates: list[Candidate]) -> tuple[dict[str, float], dict[str, str], bool]:
+    def _benchmark(self, problem: ConvProblem, device: torch.device, candidates: list[Candidate],
+                   known: dict[str, float] | None = None) -> tuple[dict[str, float], dict[str, str], bool]:
         """Opt-in first-use timing: (times, failures) by kernel id, and whether a failure was transient (out of
         memory); a candidate that fails is not ranked.
 
         aten is timed first: when it takes less than a plugin's host time per call (and the margin), no
         plugin can earn its place (:func:`conv_core.ranking.baseline_first`), so the others are neither
-        compiled nor timed.
+        compiled nor timed. ``known`` holds measured times of candidates not timed here (aten's among them).
         """
         operands = random_operands(problem, device, seed=0)
         times, failed, transient = {}, {}, False
         for c in self._timing_order(candidates):
-            if self._stops_early(c, times):
+            if self._stops_early(c, {**(known or {}), **times}):
                 break
             try:
                 times[c.kernel_id] = median_us(functools.partial(c.run, *operands), device, warmup=2, reps=10)
