@@ -403,15 +403,29 @@ def attribution_section(runs: Runs) -> list[str]:
             "milliseconds above. Layers are those whose converted host + GPU time grew most.", *lines]
 
 
+def _wrapped_runs(record: dict) -> list[tuple[str, dict]]:
+    """A DDP record's (model label, figures) per wrapper: a record made before FSDP2 holds DDP's alone, at its
+    top level; an FSDP2 row's model reads ``resnet50 (FSDP2)``."""
+    wrappers = record.get("wrappers", {"ddp": record})
+    return [(record["model"] + ("" if name == "ddp" else f" ({'FSDP2' if name == 'fsdp' else name})"), e)
+            for name, e in wrappers.items()]
+
+
 def ddp_section(runs: Runs) -> list[str]:
-    rows = [[r["model"], str(r["world_size"]), str(r["batch_per_rank"]), _num(r["ms"]["plain"]),
-             _num(r["ms"]["conv"]), _x_spread(r["ratio"], r.get("ratio_spread")),
-             ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r["parameters_equal_across_ranks"].items())]
-            for r in runs.of("ddp")]
+    found = [(label, r, e) for r in runs.of("ddp") for label, e in _wrapped_runs(r)]
+    rows = [[label, str(r["world_size"]), str(r["batch_per_rank"]), _num(e["ms"]["plain"]), _num(e["ms"]["conv"]),
+             _x_spread(e["ratio"], e.get("ratio_spread")),
+             ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in e["parameters_equal_across_ranks"].items())]
+            if "ms" in e else [label, str(r["world_size"]), str(r["batch_per_rank"]), "-", "-", "-",
+                               f"skipped: {e.get('skipped', '?')}"[:100].replace("|", "/")]
+            for label, r, e in found]
     if not rows:
         return []
-    rounds = any(r.get("ratio_spread") for r in runs.of("ddp"))
-    return ["## DDP", "", "One AMP (bf16) training step under DistributedDataParallel, the slowest rank's median"
+    rounds = any(e.get("ratio_spread") for _, _, e in found)
+    fsdp = any(label.endswith("(FSDP2)") for label, _, _ in found)
+    return ["## DDP", "", "One AMP (bf16) training step under DistributedDataParallel"
+            + (" (rows marked FSDP2: under FSDP2's `fully_shard` on each top-level child with parameters and the "
+               "root, weights in the default memory format)" if fsdp else "") + ", the slowest rank's median"
             + ("; the ratio is the median over alternating rounds of each round's, in brackets the lowest and highest."
                if rounds else "."), "",
             *_table(["model", "GPUs", "batch per rank", "plain ms", "conv ms", "ratio",
