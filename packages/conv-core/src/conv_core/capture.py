@@ -32,7 +32,6 @@ during a capture are not recorded.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 from dataclasses import dataclass, field
 
@@ -40,10 +39,9 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import routes, transposed_route
+from . import functional, routes, transposed_route
 from .problem import ConvProblem
-from .suites import TRANSPOSED_DIRECTIONS, SuiteLayer
-from .transposed import TransposedArgs, problem_of_transposed_call
+from .transposed import TRANSPOSED_DIRECTIONS, TransposedArgs, problem_of_transposed_call
 
 __all__ = ["CapturedLayer", "capture_shapes"]
 
@@ -68,12 +66,6 @@ class CapturedLayer:
     count: int
     modules: tuple[str, ...] = ()
     transposed: bool = False
-
-    def suite_layer(self) -> SuiteLayer:
-        """This layer as a shape suite's (:mod:`conv_core.suites`): the convolution's geometry, and whether
-        the model runs it transposed."""
-        layer = SuiteLayer.from_problem(self.name, self.problem, self.count)
-        return dataclasses.replace(layer, transposed=self.transposed)
 
 
 @dataclass
@@ -142,9 +134,21 @@ def _recording_core_calls(recorder: _Recorder):
     sees them all without conv-core knowing about capturing.
     """
     with contextlib.ExitStack() as stack:
+        stack.enter_context(_not_inlined())
         stack.enter_context(_wrapping_run(routes.Route, recorder, transposed=False))
         stack.enter_context(_wrapping_run(transposed_route.TransposedRoute, recorder, transposed=True))
         yield
+
+
+@contextlib.contextmanager
+def _not_inlined():
+    """The eager entry's native routes through ``Route.run`` for the block, where the capture sees them."""
+    before = functional.INLINE[0]
+    functional.INLINE[0] = False
+    try:
+        yield
+    finally:
+        functional.INLINE[0] = before
 
 
 @contextlib.contextmanager

@@ -95,12 +95,13 @@ class _Activated:
     """A route whose activation autograd applies after it (one the fused epilogue cannot differentiate);
     ``function`` is the inner route's autograd (:class:`_ConvFunction` or a transposed route's)."""
 
-    __slots__ = ("route", "activation", "function", "direct")
+    __slots__ = ("route", "activation", "function", "direct", "native")
 
     def __init__(self, route: Route | TransposedRoute, activation: str,
                  function: type[torch.autograd.Function] = _ConvFunction) -> None:
         self.route, self.activation, self.function = route, activations.ACTIVATIONS[activation], function
         self.direct = True  # autograd is the inner route's and PyTorch's: never wrapped again
+        self.native = False
 
     def run(self, input, weight, bias):
         inner = self.route
@@ -151,9 +152,18 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
                                  out_dtype, backend, needs_grad)
         if keep:
             routes[key] = route
+    if route.native and INLINE[0]:  # Route.run's direct branch, without its frame
+        y = route.conv(input, weight, bias, *route.conv_args)
+        return y if route.activation is None else route.activation(y)
     if needs_grad and not route.direct:
         return _ConvFunction.apply(input, weight, bias, route)
     return route.run(input, weight, bias)
+
+
+#: Whether :func:`convolution` runs a native route itself; :func:`conv_core.capture_shapes`, which records calls
+#: where ``Route.run`` passes, turns it off for the capture. A list, so that the hot path reads it without a global
+#: statement and a capture flips it in place.
+INLINE = [True]
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, activation=None, out_dtype=None,

@@ -48,6 +48,13 @@ class _ConvCoreMixin:
         self.out_dtype = out_dtype
         self.backend = backend
 
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """torch's ``forward`` and ``_conv_forward`` in one frame: a model calls it once per layer and step."""
+        if self.padding_mode != "zeros":
+            return self._conv_forward(input, self.weight, self.bias)
+        return functional.convolution(self._ndim, input, self.weight, self.bias, self.stride, self.padding,
+                                      self.dilation, self.groups, self.activation, self.out_dtype, self.backend)
+
     def _conv_forward(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         padding = self.padding
         if self.padding_mode != "zeros":

@@ -46,7 +46,7 @@ class Route:
     """
 
     __slots__ = ("args", "problem", "ranking", "backward", "layout", "bias_dtype", "direct", "conv", "conv_args",
-                 "activation", "x_dense", "engine")
+                 "activation", "x_dense", "engine", "native")
 
     def __init__(self, args: ConvArgs, problem: ConvProblem, ranking: Ranking,
                  backward: dict[str, Ranking], x_dense: bool = False) -> None:
@@ -60,6 +60,8 @@ class Route:
         self.conv_args = (compact(args.stride), compact(padding), compact(args.dilation), args.groups)
         self.activation = activations.ACTIVATIONS[args.activation] if args.activation else None
         self.x_dense, self.engine = x_dense, get_engine()
+        #: ``F.conv*d`` itself then the activation: the eager entry makes this call inline (one frame less)
+        self.native = self.direct
 
     def run(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """The forward convolution with its epilogue (autograd only on the direct route)."""
@@ -219,6 +221,6 @@ def forward(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, args: C
     route = routes.get(key)
     if route is None:
         route = build_route(args, x, w, bias, needs_grad=False)
-        route.direct = False  # the op was chosen for a plugin kernel; run the engine's choice
+        route.direct = route.native = False  # the op was chosen for a plugin kernel; run the engine's choice
         routes[key] = route
     return route.run(x, w, bias)
