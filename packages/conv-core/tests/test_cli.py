@@ -8,7 +8,8 @@ import pytest
 
 import conv_core
 from conv_core.cli import main
-from conv_core.progress import Progress, format_table
+from conv_core.progress import Progress
+from conv_core.text_table import format_table
 from conv_core.tuning import read_entries
 from fake_backends import write_suite
 from test_bench_tune import NoInfo, isolate, use_backends, wrong_backend

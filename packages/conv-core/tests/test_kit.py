@@ -94,7 +94,7 @@ def test_buckets_choose_in_order_and_reject_typos():
 def test_an_exact_layer_wins_over_the_buckets_without_computing_the_view():
     buckets = tables.read_buckets([{"config": "bucket"}], str, "test")
     p = problem(direction="fwd")
-    from conv_core.sweep import layer_key
+    from conv_core.kit.tables import layer_key
 
     def view():
         raise AssertionError("the view is computed only when no layer matches")

@@ -586,7 +586,7 @@ def test_capture_records_transposed_calls_as_the_suites_store_them():
     from_capture = collections.Counter()
     for layer in captured:
         if layer.transposed:
-            from_capture[_geometry(layer.suite_layer())] += layer.count
+            from_capture[_geometry(SuiteLayer.from_captured(layer))] += layer.count
     assert from_capture == collections.Counter(_geometry(dataclasses.replace(layer, bias=False)) for layer in hooked)
 
 

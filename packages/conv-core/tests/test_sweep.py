@@ -11,6 +11,7 @@ import torch
 
 from conv_core import sweep
 from conv_core.backends import aten
+from conv_core.kit.tables import layer_key, read_swept
 from conv_core.problem import ConvProblem
 from conv_core.suites import problems_from_shape
 
@@ -61,7 +62,7 @@ def test_every_trial_is_gated_and_only_correct_ones_are_timed():
     assert [r["raw"]["BLOCK"] for r in rows] == [1, 2, 3, 4]
     right, off, unbuildable, atomic = rows
     assert right["us"] > 0 and right["error"] is None
-    assert right["layer"] == sweep.layer_key(p) == p.key.rsplit(" ", 1)[0]
+    assert right["layer"] == layer_key(p) == p.key.rsplit(" ", 1)[0]
     assert off["us"] is None and off["config"] == "wrong" and off["error"]
     assert unbuildable["us"] is None and unbuildable["error"].startswith("ValueError: BLOCK_K 64")
     assert atomic["us"] > 0 and atomic["may_win"] is False
@@ -112,7 +113,7 @@ def test_suite_layers_take_the_batch_and_every_direction():
 
 
 def test_read_swept_of_a_missing_file_is_empty(tmp_path):
-    assert sweep.read_swept(tmp_path / "none.json") == {}
+    assert read_swept(tmp_path / "none.json") == {}
 
 
 def test_the_reference_is_computed_once_per_layer_not_per_trial(monkeypatch):

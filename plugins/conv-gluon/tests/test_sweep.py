@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 from conv_core.problem import ConvProblem
-from conv_core.sweep import layer_key
+from conv_core.kit.tables import layer_key
 from conv_gluon.registry import REGISTRY
 from conv_gluon import aot, candidates, configs, sweep
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
-from conv_core.sweep import layer_key
+from conv_core.kit.tables import layer_key
 from conv_rdna import candidates, configs, registry
 from conv_core.kit.declines import INT32_ELEMENTS
 

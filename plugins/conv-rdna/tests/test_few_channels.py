@@ -15,7 +15,7 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
-from conv_core.sweep import layer_key
+from conv_core.kit.tables import layer_key
 from conv_rdna import candidates, configs, launch, registry
 from conv_rdna.plans import few_channels as fc_plans
 from conv_rdna.plans import common

@@ -8,7 +8,7 @@ import torch
 from conv_core import sweep as core_sweep
 from conv_core import tune
 from conv_core.problem import ConvProblem
-from conv_core.sweep import layer_key
+from conv_core.kit.tables import layer_key
 from conv_core.suites import available_suites, load_suite
 from conv_core.weight_cache import DerivedWeightCache
 from conv_rdna import aot, candidates, configs, launch, registry, sweep

@@ -32,7 +32,8 @@ from . import activations
 from .engine import get_engine
 from .explanation import describe_shape
 from .problem import ConvProblem
-from .progress import Progress, format_table, progress_mode
+from .progress import Progress, progress_mode
+from .text_table import format_table
 from .reference import random_operands
 from .suites import SuiteLayer, direction_label, layer_direction
 from .timing import median_us

@@ -17,7 +17,7 @@ import sys
 
 from . import bench_models
 from .model_bench_modes import MODES
-from .progress import format_table
+from .text_table import format_table
 
 
 def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGroup) -> None:

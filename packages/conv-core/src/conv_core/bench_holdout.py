@@ -84,7 +84,7 @@ def captured_layers(model: str, *, batch: int, dtype: str) -> list[suites.SuiteL
     x = torch.empty((batch, *spec.input_shape), device="meta", dtype=torch_dtype(dtype))
     found: dict[suites.SuiteLayer, suites.SuiteLayer] = {}
     for captured in capture_shapes(net, x):
-        layer = captured.suite_layer()
+        layer = suites.SuiteLayer.from_captured(captured)
         geometry = dataclasses.replace(layer, name="", count=1)
         merged = found.get(geometry)
         found[geometry] = layer if merged is None else dataclasses.replace(merged, count=merged.count + layer.count)

@@ -28,7 +28,7 @@ import torch
 
 from . import __version__
 from .problem import DIRECTIONS, ConvProblem, dtype_name
-from .progress import format_table
+from .text_table import format_table
 
 
 class UsageError(Exception):

@@ -20,10 +20,10 @@ from .call import autocast_operands
 from .candidate import Declined
 from .engine import NoCandidateError, get_engine
 from .problem import ConvProblem
-from .progress import format_table
+from .text_table import format_table
 from .ranking import Ranking, rank
-from .suites import TRANSPOSED_DIRECTIONS
-from .transposed import TransposedArgs, check_transposed_call, describe, problem_of_transposed_call
+from .transposed import (TRANSPOSED_DIRECTIONS, TransposedArgs, check_transposed_call, describe,
+                         problem_of_transposed_call)
 
 
 @dataclass(frozen=True)

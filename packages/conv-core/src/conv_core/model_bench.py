@@ -42,7 +42,7 @@ from .model_bench_modes import (AMP_MODES, CUDA_MODES, INFERENCE_MODES, MODES, R
                                 tensors_of)
 from .problem import DIRECTIONS, torch_dtype
 from .reference import UNIT_ROUNDOFF
-from .suites import TRANSPOSED_DIRECTIONS
+from .transposed import TRANSPOSED_DIRECTIONS
 
 VARIANTS = ("plain", "conv", "fused")
 #: A variant's output error is tolerated up to this many times plain PyTorch's own error on the same run ...
@@ -380,7 +380,7 @@ def picks(module: nn.Module, x: torch.Tensor, directions: tuple[str, ...] = DIRE
     ranks first: ``{"layers": [...], "by_backend": {direction: {backend: {"problems", "calls"}}}}``.
 
     Directions are the layers': a transposed convolution's forward is ranked as the problem that computes
-    it (its convolution's ``bwd_data``; :data:`conv_core.suites.TRANSPOSED_DIRECTIONS`), and its row says
+    it (its convolution's ``bwd_data``; :data:`conv_core.transposed.TRANSPOSED_DIRECTIONS`), and its row says
     ``"transposed": true``.
     """
     import conv_core

@@ -1,4 +1,4 @@
-"""Terminal output without dependencies: a one-line progress bar and plain text tables.
+"""Terminal output without dependencies: a one-line progress bar (text tables: :mod:`conv_core.text_table`).
 
 ``bench`` and ``tune`` can run for minutes; the bar tells the user which layer
 is being measured without flooding a log. It writes to stderr only when stderr
@@ -11,7 +11,6 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Sequence
 from typing import TextIO
 
 
@@ -94,27 +93,3 @@ def _is_tty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str = "") -> str:
-    """Rows as aligned text columns under ``headers``.
-
-    ``align`` holds one ``l`` or ``r`` per column (missing: ``l``); numbers read
-    best right-aligned. Cells are ``str()``-ed; ``None`` prints as ``-``.
-    """
-    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, text in enumerate(row):
-            widths[i] = max(widths[i], len(text))
-
-    def render(row: Sequence[str]) -> str:
-        parts = []
-        for i, text in enumerate(row):
-            right = i < len(align) and align[i] == "r"
-            parts.append(text.rjust(widths[i]) if right else text.ljust(widths[i]))
-        return "  ".join(parts).rstrip()
-
-    lines = [render(list(headers)), render(["-" * w for w in widths])]
-    lines.extend(render(row) for row in cells)
-    return "\n".join(lines)

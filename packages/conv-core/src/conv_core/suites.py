@@ -36,6 +36,7 @@ directions show a transposed layer's with :func:`direction_label`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from importlib import resources
 from pathlib import Path
 
 from .problem import ConvProblem
+from .transposed import TRANSPOSED_DIRECTIONS
 
 __all__ = ["TRANSPOSED_DIRECTIONS", "Suite", "SuiteLayer", "available_suites", "direction_label", "layer_direction",
            "load_suite", "problems_from_shape", "suite_problems", "transposed_layers"]
@@ -52,10 +54,6 @@ _LAYER_FIELDS = ("name", "in_channels", "out_channels", "input_size", "filter_si
                  "dilation", "groups", "bias", "count")
 _OPTIONAL_LAYER_FIELDS = ("transposed",)
 _SUITE_FIELDS = ("name", "description", "source", "default_batch", "layers")
-
-#: A transposed layer's direction -> the direction of the convolution C it is stored as (an involution).
-TRANSPOSED_DIRECTIONS = {"fwd": "bwd_data", "bwd_data": "fwd", "bwd_weight": "bwd_weight"}
-
 
 def layer_direction(problem_direction: str, transposed: bool = False) -> str:
     """The direction of a layer that a problem in ``problem_direction`` computes (the map is its own inverse)."""
@@ -112,6 +110,13 @@ class SuiteLayer:
         """The layer of a (captured) problem; dtype, layout, direction, batch and arch are dropped."""
         return cls(name, problem.in_channels, problem.out_channels, problem.input_size, problem.filter_size,
                    problem.stride, problem.padding, problem.dilation, problem.groups, problem.bias, count)
+
+    @classmethod
+    def from_captured(cls, layer) -> SuiteLayer:
+        """The layer of a :class:`conv_core.capture.CapturedLayer`: its convolution's geometry, and whether the
+        model runs it transposed."""
+        return dataclasses.replace(cls.from_problem(layer.name, layer.problem, layer.count),
+                                   transposed=layer.transposed)
 
     def to_json(self) -> dict:
         return {"name": self.name, "in_channels": self.in_channels, "out_channels": self.out_channels,

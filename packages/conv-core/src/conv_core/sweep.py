@@ -31,6 +31,7 @@ import torch
 
 from .arch import device_arch, device_name
 from .candidate import Candidate
+from .kit.tables import layer_key, read_swept
 from .problem import ConvProblem
 from .reference import Expected, expected, random_operands
 from .suites import suite_problems
@@ -75,12 +76,6 @@ class Space(Protocol):
 
     def swept_path(self, arch: str) -> Path:
         """Where the winners for ``arch`` are written (the package's ``data/swept/<arch>.json``)."""
-
-
-def layer_key(problem: ConvProblem) -> str:
-    """The key of the exact-layer tables: the problem key without the architecture (the file is per
-    architecture)."""
-    return problem.key.rsplit(" ", 1)[0]
 
 
 def time_trial(problem: ConvProblem, trial: Trial, operands: tuple, known: Expected, device: torch.device,
@@ -192,12 +187,6 @@ def merge(space: Space, args: argparse.Namespace) -> int:
     print(f"merged into {path} ({results['arch']}, {results['device']}): "
           f"{ {f: len(v) for f, v in swept['layers'].items()} }")
     return 0
-
-
-def read_swept(path) -> dict:
-    """A ``data/swept`` file's content, or nothing where the architecture was never swept."""
-    path = Path(str(path))
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def main(space: Space, argv: list[str] | None = None, description: str = "") -> int:

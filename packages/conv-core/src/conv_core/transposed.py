@@ -5,7 +5,7 @@ data gradient of a convolution ``C`` computes, given ``dy = x``: ``C`` has the s
 ``[C_in_T, C_out_T / groups, *k]`` read as a convolution weight ``[out, in / groups, *k]``), stride, padding,
 dilation and groups, its input has ``T``'s output shape and its output has ``x``'s shape. So each
 direction of ``T`` is a direction of ``C`` that the backends already rank
-(:data:`~conv_core.suites.TRANSPOSED_DIRECTIONS`, which shape suites store transposed layers by too), and a
+(:data:`TRANSPOSED_DIRECTIONS`, by which shape suites store transposed layers too), and a
 transposed call is described, ranked, explained and captured as ``C``'s problem.
 
 ``T``'s output size per dimension is ``(in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding
@@ -26,7 +26,10 @@ from .call import ConvArgs, out_dtype_name
 from .errors import ConvArgumentError
 from .layout import detect_layout
 from .problem import ConvProblem, dtype_name, per_dim
-from .suites import TRANSPOSED_DIRECTIONS
+
+#: A transposed layer's direction -> the direction of the convolution C whose problem computes it (an involution):
+#: the transposed forward is C's data gradient, its data gradient C's forward, its weight gradient C's.
+TRANSPOSED_DIRECTIONS = {"fwd": "bwd_data", "bwd_data": "fwd", "bwd_weight": "bwd_weight"}
 
 
 @dataclass(frozen=True)

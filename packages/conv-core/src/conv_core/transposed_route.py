@@ -22,8 +22,7 @@ from .engine import get_engine
 from .problem import ConvProblem, dtype_name, torch_dtype
 from .ranking import Ranking
 from .routes import backward_data, backward_weight, bias_grad, compact, convolve, rank_direction
-from .suites import TRANSPOSED_DIRECTIONS
-from .transposed import TransposedArgs, check_transposed_call, problem_of_transposed_call
+from .transposed import TRANSPOSED_DIRECTIONS, TransposedArgs, check_transposed_call, problem_of_transposed_call
 
 CONV_TRANSPOSE = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 

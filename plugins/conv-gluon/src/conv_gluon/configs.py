@@ -168,7 +168,7 @@ class ArchTable:
     #: candidate kernel -> {"compute": fraction, "memory": fraction}
     efficiency: dict
     weight_grad: WeightGradLimits
-    #: family -> layer key (:func:`conv_core.sweep.layer_key`) -> the offline sweep's measured winner
+    #: family -> layer key (:func:`conv_core.kit.tables.layer_key`) -> the offline sweep's measured winner
     layers: dict[str, dict[str, TileConfig]] = dataclasses.field(default_factory=dict)
 
     def is_measured(self, family: str) -> bool:

@@ -36,7 +36,7 @@ from conv_core.arch import known_architectures, spec
 from conv_core.kit.tables import Bucket, PackageData, distinct_configs, read_buckets
 from conv_core.kit.tables import select as select_config
 from conv_core.problem import ConvProblem, dtype_name, element_size
-from conv_core.sweep import read_swept
+from conv_core.kit.tables import read_swept
 
 from .kernels.winograd import POINTS_N
 

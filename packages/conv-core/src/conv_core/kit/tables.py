@@ -22,8 +22,20 @@ from importlib import resources
 from pathlib import Path
 
 from ..problem import ConvProblem
-from ..sweep import layer_key, read_swept
 from .same_layer import nearest
+
+
+def layer_key(problem: ConvProblem) -> str:
+    """The key of the exact-layer tables: the problem key without the architecture (the file is per
+    architecture)."""
+    return problem.key.rsplit(" ", 1)[0]
+
+
+def read_swept(path) -> dict:
+    """A ``data/swept`` file's content, or nothing where the architecture was never swept."""
+    path = Path(str(path))
+    return json.loads(path.read_text()) if path.is_file() else {}
+
 
 #: The conditions a bucket's ``when`` may give: inclusive upper bounds of the GEMM view, a divisor of its
 #: columns, and the input dtypes and layouts it applies to.
