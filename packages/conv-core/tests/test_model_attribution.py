@@ -76,12 +76,14 @@ def test_a_transposed_convolution_is_a_layer_too(tmp_path, monkeypatch):
 
 def test_the_benchmark_attributes_on_request_and_the_page_shows_the_slower_modes(tmp_path, monkeypatch):
     from conv_core.bench_page import render
+    from conv_core.model_attribution import attribute_model
     from conv_core.model_bench import run_model_bench
 
     isolate(tmp_path, monkeypatch)
     config = ModelBenchConfig(model="tiny", device="cpu", dtype="float32", modes=("eager", "train"), rounds=1,
-                              iterations=1, warmup=0, variants=("plain", "conv"), attribute=True)
+                              iterations=1, warmup=0, variants=("plain", "conv"))
     record = run_model_bench(config)
+    record["attribution"] = attribute_model(config, record["picks"]["conv"])
     assert [a["mode"] for a in record["attribution"]] == ["eager", "train"]
     assert all("failed" not in a and a["layers"] for a in record["attribution"])
     for mode in record["modes"]:
@@ -89,3 +91,17 @@ def test_the_benchmark_attributes_on_request_and_the_page_shows_the_slower_modes
     page = render([record])
     assert "## Where the slower models lose time" in page and "### tiny, train (0.500x)" in page
     assert "### tiny, eager" not in page and "convolutions, backward: host" in page
+
+
+def test_the_cli_attributes_with_attribute(tmp_path, monkeypatch, capsys):
+    import json
+
+    from conv_core.cli import main
+
+    isolate(tmp_path, monkeypatch)
+    path = tmp_path / "tiny.json"
+    assert main(["bench", "--model", "tiny", "--device", "cpu", "--dtype", "fp32", "--modes", "eager",
+                 "--rounds", "1", "--iterations", "1", "--warmup", "0", "--attribute", "--json", str(path)]) == 0
+    (attribution,) = json.loads(path.read_text())["attribution"]
+    assert attribution["mode"] == "eager" and attribution["layers"]
+    assert "tiny eager: where the time goes" in capsys.readouterr().err

@@ -134,12 +134,16 @@ def _model(args: argparse.Namespace, device) -> dict:
              f"GPU); {', '.join(bench_models.CPU_MODELS)} is the CPU's model. Progress follows.")
     config = ModelBenchConfig(model=args.model, device=str(device), batch=args.batch, dtype=args.dtype,
                               layout=args.layout, modes=modes, rounds=args.rounds, iterations=args.iterations,
-                              warmup=args.warmup, compile_backend=args.compile_backend, variants=variants,
-                              attribute=args.attribute)
+                              warmup=args.warmup, compile_backend=args.compile_backend, variants=variants)
     try:
         record = run_model_bench(config, log=_log, checkpoint=_checkpoint(args))
     except bench_models.ModelUnavailable as exc:
         raise _usage(str(exc)) from None
+    if args.attribute:
+        from .model_attribution import attribute_model
+
+        _log(f"  ... {args.model}: profiling each eager and training mode layer by layer, plain and converted")
+        record["attribution"] = attribute_model(config, record["picks"].get("conv"), _log)
     if not _quiet(args):
         print(model_table(record))
     return record

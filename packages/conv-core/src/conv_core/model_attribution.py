@@ -32,7 +32,11 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from . import bench_models
 from .layout import detect_layout
+from .model_bench import ModelBenchConfig, cast_input, cudnn_benchmark, make_variants, weights_dtype
+from .model_bench_modes import prepare
+from .problem import torch_dtype
 
 #: The benchmark modes a model is profiled in: those that call the module eagerly.
 ATTRIBUTED_MODES = ("eager", "train", "amp_train")
@@ -263,11 +267,7 @@ def attribute_mode(mode: str, base: nn.Module, x: torch.Tensor, config, picks: d
                    steps: int = 3) -> dict:
     """The attribution record of ``base`` in ``mode`` (one of :data:`ATTRIBUTED_MODES`): each variant prepared as
     the benchmark prepares it (:func:`conv_core.model_bench_modes.prepare`), profiled in turn."""
-    from .model_bench import _weights_dtype, cast_input, make_variants
-    from .model_bench_modes import prepare
-    from .problem import torch_dtype
-
-    xin = cast_input(x, _weights_dtype(mode, config), config.layout)
+    xin = cast_input(x, weights_dtype(mode, config), config.layout)
     splits, layouts = {}, {}
     for name, build in make_variants(base, mode, config).items():
         runner = prepare(mode, build(), xin, amp_dtype=torch_dtype(config.amp_dtype),
@@ -281,6 +281,28 @@ def attribute_mode(mode: str, base: nn.Module, x: torch.Tensor, config, picks: d
             row["route"] = kinds.get(row["problem"], "?")
     return {"mode": mode, **record}
 
+
+
+def attribute_model(config: ModelBenchConfig, picks: dict | None,
+                    log: Callable[[str], None] | None = None) -> list[dict]:
+    """:func:`attribute_mode` of each of ``config``'s modes in :data:`ATTRIBUTED_MODES` (``conv-core bench --model
+    NAME --attribute``), on the model and input the benchmark builds from ``config`` (same seed), with
+    ``cudnn.benchmark`` on as there; ``picks``: the benchmark record's ``picks["conv"]``."""
+    spec = bench_models.get(config.model)
+    device = torch.device(config.device)
+    base = bench_models.build(config.model, config.seed).to(device)
+    x = spec.example(config.batch or spec.default_batch, device, config.seed)
+    records = []
+    with cudnn_benchmark():
+        for mode in (m for m in config.modes if m in ATTRIBUTED_MODES):
+            try:
+                records.append(attribute_mode(mode, base, x, config, picks))
+            except Exception as exc:  # the timed figures stand without it
+                records.append({"mode": mode, "failed": f"{type(exc).__name__}: {str(exc)[:400]}"})
+                continue
+            if log is not None:
+                log("\n".join([f"{config.model} {mode}: where the time goes", *describe(records[-1], 5)]))
+    return records
 
 
 # ---- on the benchmark page --------------------------------------------------------------------------------

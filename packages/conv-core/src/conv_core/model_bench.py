@@ -74,8 +74,6 @@ class ModelBenchConfig:
     seed: int = 0
     #: Which of :data:`VARIANTS` to run (``plain`` always runs: every ratio is to it).
     variants: tuple[str, ...] = VARIANTS
-    #: Also profile each eager and training mode layer by layer (:mod:`conv_core.model_attribution`).
-    attribute: bool = False
 
     @property
     def amp_dtype(self) -> str:
@@ -138,13 +136,13 @@ def cast_input(x: torch.Tensor, dtype: torch.dtype, layout: str) -> torch.Tensor
     return in_layout(x.to(dtype), layout)
 
 
-def _weights_dtype(mode: str, config: ModelBenchConfig) -> torch.dtype:
+def weights_dtype(mode: str, config: ModelBenchConfig) -> torch.dtype:
     return torch.float32 if mode in AMP_MODES else torch_dtype(config.dtype)
 
 
 def make_variants(base: nn.Module, mode: str, config: ModelBenchConfig) -> dict[str, Callable[[], nn.Module]]:
     """Builders of each variant for ``mode``: fresh deep copies of ``base``, cast, then converted / fused."""
-    dtype = _weights_dtype(mode, config)
+    dtype = weights_dtype(mode, config)
 
     def plain() -> nn.Module:
         return cast(copy.deepcopy(base), dtype, config.layout)
@@ -307,7 +305,7 @@ def run_mode(mode: str, base: nn.Module, x: torch.Tensor, refs: References, conf
     if mode in CUDA_MODES and device.type != "cuda":
         result["skipped"] = "needs a CUDA device"
     else:
-        xin = cast_input(x, _weights_dtype(mode, config), config.layout)
+        xin = cast_input(x, weights_dtype(mode, config), config.layout)
         steps = {}
         for name, build in make_variants(base, mode, config).items():
             entry = result["variants"][name] = {"ms": None, "first_s": None, "error": None, "notes": [],
@@ -453,25 +451,6 @@ def run_model_bench(config: ModelBenchConfig, log: Log | None = None,
             if checkpoint is not None:
                 checkpoint(record)
         record["picks"] = model_picks(base, x, config)
-        if config.attribute:
-            record["attribution"] = attribution(base, x, config, record["picks"].get("conv"), log)
     record["complete"] = True
     return record
 
-
-def attribution(base: nn.Module, x: torch.Tensor, config: ModelBenchConfig, picks: dict | None,
-                log: Log | None = None) -> list[dict]:
-    """:func:`conv_core.model_attribution.attribute_mode` of each eager and training mode of ``config``."""
-    from .model_attribution import ATTRIBUTED_MODES, attribute_mode, describe
-
-    records = []
-    for mode in (m for m in config.modes if m in ATTRIBUTED_MODES):
-        _progress(log, f"{config.model} {mode}: profiling each layer, plain and converted")
-        try:
-            records.append(attribute_mode(mode, base, x, config, picks))
-        except Exception as exc:  # the timed figures stand without it
-            records.append({"mode": mode, "failed": _failure(exc)})
-            continue
-        if log is not None:
-            log("\n".join([f"{config.model} {mode}: where the time goes", *describe(records[-1], 5)]))
-    return records
