@@ -15,6 +15,7 @@ from conv_broken_run.hooks import TRIGGER_OUT_CHANNELS
 from integration_support import ATEN_KERNEL, CPU, ENTRY_POINTS, EXAMPLE_KERNEL, small_problem
 
 import conv_core
+from conv_core.call import problem_of_tensors
 from conv_core.reference import compare, random_operands
 from conv_core.tuning import Entry, write_entries
 
@@ -104,7 +105,7 @@ def test_forcing_a_forward_only_backend_leaves_gradients_to_the_others(monkeypat
     y.sum().backward()
     (expected,) = torch.autograd.grad(torch.nn.functional.conv2d(x, w, padding=1).sum(), x)
     torch.testing.assert_close(x.grad, expected)
-    forward = conv_core.ConvProblem.from_tensors(x, w, padding=1)
+    forward = problem_of_tensors(x, w, padding=1)
     assert engine.ranking(forward, CPU).best.kernel_id == EXAMPLE_KERNEL
 
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import conv_core
-from conv_core.problem import ConvProblem
+from conv_core.call import problem_of_tensors
 from conv_core.reference import compare
 
 DEVICE = torch.device("cuda")
@@ -63,7 +63,7 @@ def check_matches_torch() -> list[dict]:
                 gy = torch.randn_like(ref)
                 mine = torch.autograd.grad(y, (x, w, b), gy)
                 theirs = torch.autograd.grad(ref, (x, w, b), gy)
-                problem = ConvProblem.from_tensors(x, w, b, stride, padding, groups=groups)
+                problem = problem_of_tensors(x, w, b, stride, padding, groups=groups)
                 chosen = conv_core.get_engine().ranking(problem, DEVICE).best.candidate  # its tags: tf32
                 tolerance = compare(problem, y.detach(), (x.detach(), w.detach(), b.detach()), chosen)
                 rows.append({

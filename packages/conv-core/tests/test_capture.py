@@ -66,7 +66,7 @@ def test_converted_model_captures_the_same_problems():
     model = Known()
     x = torch.randn(2, 3, 16, 16)
     before = capture_shapes(model, x)
-    cnn.convert(model)
+    conv_core.convert(model)
     assert type(model.stem) is cnn.Conv2d
     assert _summary(capture_shapes(model, x)) == _summary(before)
 
@@ -79,7 +79,7 @@ def test_sequential_model_before_and_after_convert():
     before = capture_shapes(model, x)
     assert [(layer.name, layer.count) for layer in before] == [("0", 1), ("3", 1), ("4", 2), ("6", 1)]
     assert before[1].problem.padding == ((0, 0), (0, 0)), "reflect padding is an explicit pad before the conv"
-    assert capture_shapes(cnn.convert(model), x) == before
+    assert capture_shapes(conv_core.convert(model), x) == before
 
 
 def test_layout_dtype_and_unbatched_input():

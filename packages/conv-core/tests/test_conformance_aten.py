@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from conv_core import ConvProblem
+from conv_core.call import problem_of_tensors
 from conv_core.backends import aten
 from conv_core.problem import DIRECTIONS, LAYOUTS
 from conv_core.layout import detect_layout, is_dense_in
@@ -66,7 +67,7 @@ def test_a_cpu_bfloat16_call_is_pytorchs_own_where_onednn_has_bfloat16(monkeypat
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 8, 6, 6, generator=g).bfloat16().to(memory_format=torch.channels_last)
     w = torch.randn(8, 8, 3, 3, generator=g).bfloat16()
-    problem = ConvProblem.from_tensors(x, w, padding=1)
+    problem = problem_of_tensors(x, w, padding=1)
     engine = conv_core.get_engine()
     for direction in DIRECTIONS:  # the gradients stay in float32 (PyTorch's CPU bf16 ones miss the bound)
         tags = engine.ranking(problem.with_direction(direction), torch.device("cpu")).best.candidate.tags

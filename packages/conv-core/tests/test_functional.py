@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 import conv_core
 from conv_core import ops
+from conv_core.call import problem_of_tensors
 from conv_core.layout import is_dense_in
 
 TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -172,7 +173,7 @@ def test_cached_calls_follow_the_deterministic_mode(tmp_path, monkeypatch, allow
     backend = AtomicBackend()
     engine = use_backends(monkeypatch, atomic=backend)
     x, w, b = tensors(2, grad=True)
-    problem = conv_core.ConvProblem.from_tensors(x, w, b, padding=1, groups=2)
+    problem = problem_of_tensors(x, w, b, padding=1, groups=2)
     prove_faster(engine, [problem, problem.with_direction("bwd_weight")], ["atomic:k:c"])
 
     def step(expected_runs):

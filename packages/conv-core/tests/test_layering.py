@@ -1,7 +1,8 @@
-"""The runtime never reaches the offline tooling: no runtime module imports a tooling module, at any level (a
-function-level import included), and a process that converts a model and runs it, every installed backend
-loaded, has no tooling module in ``sys.modules``. The tooling is headed for a package of its own (issue 32);
-until it moves, this keeps the line between the two where it will be cut."""
+"""conv-core's modules import each other one way: no import circle at any level (a function-level import
+included); the runtime never reaches the offline tooling (no runtime module imports a tooling module, and a
+process that converts a model and trains it, every installed backend loaded, has no tooling module in
+``sys.modules``). The tooling is headed for a package of its own (issue 32); until it moves, this keeps the
+line between the two where it will be cut."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ ROOT = Path(conv_core.__file__).parent
 #: The offline modules: benchmarks, suites, tables and tuning pipeline, sweeps, pages, the command line.
 TOOLING = frozenset({
     "bench", "bench_cli", "bench_holdout", "bench_host", "bench_models", "bench_nets", "bench_page", "bench_record",
-    "bench_runs", "chart", "cli", "machine", "model_attribution", "model_bench", "model_bench_ddp",
+    "bench_runs", "chart", "cli", "cli_options", "machine", "model_attribution", "model_bench", "model_bench_ddp",
     "model_bench_modes", "progress", "suite_page", "suites", "sweep", "tables", "tables_cli", "tables_replay", "tune",
     "warmup",
 })
@@ -46,6 +47,32 @@ def _imported(path: Path, name: str) -> set[str]:
             found.update(alias.name.removeprefix("conv_core.") for alias in node.names
                          if alias.name.startswith("conv_core."))
     return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """Each module -> the package's modules it imports (a name imported from a module counts as that module)."""
+    modules = {_module(path): path for path in ROOT.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = _imported(path, name)
+        graph[name] = {t for t in targets if t in modules and t not in (name, "")}
+        graph[name] |= {t.rpartition(".")[0] for t in targets if t.rpartition(".")[0] in modules} - {name, ""}
+    return graph
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def test_no_import_circle():
+    graph = _graph()
+    assert "engine" in graph and "routes" in graph["functional"]
+    assert sorted((a, b) for a in graph for b in graph[a] if a in _reachable(graph, b)) == []
 
 
 def test_no_runtime_module_imports_the_tooling():

@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
+import conv_core
 import conv_core.nn as cnn
 
 TORCH = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
@@ -150,7 +151,7 @@ def test_convert_resnet_like_gives_the_same_output():
     model = resnet_like().eval()
     x = torch.randn(2, 3, 32, 32)
     expected = model(x)
-    assert cnn.convert(model) is model
+    assert conv_core.convert(model) is model
     assert _conv_types(model) == [cnn.Conv2d] * 8
     torch.testing.assert_close(model(x), expected)
 
@@ -162,7 +163,7 @@ def test_convert_keeps_parameter_identity_and_the_optimizer_trains_them():
     ids = {name: id(p) for name, p in model.named_parameters()}
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
-    cnn.convert(model)
+    conv_core.convert(model)
     assert {name: id(p) for name, p in model.named_parameters()} == ids
     x, target = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
     before = model[0].weight.detach().clone()
@@ -182,7 +183,7 @@ def test_convert_channels_last_model():
     x = torch.randn(2, 3, 32, 32).to(memory_format=torch.channels_last)
     stem_out = model[0](x)
     expected = model(x)
-    cnn.convert(model)
+    conv_core.convert(model)
     converted_stem_out = model[0](x)
     assert converted_stem_out.is_contiguous(memory_format=torch.channels_last)
     torch.testing.assert_close(converted_stem_out, stem_out)
@@ -195,12 +196,12 @@ def test_convert_only_exact_torch_convolutions():
 
     model = nn.Sequential(nn.Conv1d(2, 2, 1), nn.Conv3d(2, 2, 1), MyConv(2, 2, 1), nn.ConvTranspose2d(2, 2, 2),
                           cnn.Conv2d(2, 2, 1, backend="mine"))
-    cnn.convert(model, backend="aten")
+    conv_core.convert(model, backend="aten")
     assert [type(m) for m in model] == [cnn.Conv1d, cnn.Conv3d, MyConv, cnn.ConvTranspose2d, cnn.Conv2d]
     assert model[0].backend == model[1].backend == "aten"
     assert model[4].backend == "mine", "an already converted module is left alone"
     root = nn.Conv2d(2, 2, 1)
-    assert type(cnn.convert(root)) is cnn.Conv2d
+    assert type(conv_core.convert(root)) is cnn.Conv2d
 
 
 def test_convert_keeps_hooks_and_parametrizations():
@@ -211,7 +212,7 @@ def test_convert_keeps_hooks_and_parametrizations():
     x = torch.randn(1, 3, 6, 6)
     expected = conv(x)
     model = nn.Sequential(conv)
-    cnn.convert(model)
+    conv_core.convert(model)
     assert isinstance(conv, cnn.Conv2d) and parametrize.is_parametrized(conv, "weight")
     assert parametrize.type_before_parametrizations(conv) is cnn.Conv2d
     torch.testing.assert_close(conv(x), expected)
@@ -227,7 +228,7 @@ def test_revert_restores_torch_modules():
     x = torch.randn(1, 3, 32, 32)
     expected = model(x)
     params = [id(p) for p in model.parameters()]
-    cnn.revert(cnn.convert(model, backend="aten"))
+    conv_core.revert(conv_core.convert(model, backend="aten"))
     assert _conv_types(model) == [nn.Conv2d] * 8
     assert not any("backend" in vars(m) for m in model.modules())
     assert [id(p) for p in model.parameters()] == params
@@ -237,12 +238,12 @@ def test_revert_restores_torch_modules():
 def test_revert_refuses_what_torch_cannot_express():
     model = nn.Sequential(cnn.Conv2d(2, 2, 1), cnn.Conv2d(2, 2, 1, activation="relu"))
     with pytest.raises(ValueError, match="activation='relu'"):
-        cnn.revert(model)
+        conv_core.revert(model)
     assert [type(m) for m in model] == [cnn.Conv2d, cnn.Conv2d], "nothing changed"
 
 
 def test_converted_model_deepcopies_and_pickles(tmp_path):
-    model = cnn.convert(resnet_like().eval(), backend="aten")
+    model = conv_core.convert(resnet_like().eval(), backend="aten")
     x = torch.randn(1, 3, 32, 32)
     twin = copy.deepcopy(model)
     assert twin[0].backend == "aten" and type(twin[0]) is cnn.Conv2d

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from conv_core import ConvProblem
+from conv_core.call import problem_of_tensors
 from conv_core.layout import detect_layout, is_dense_in, to_layout
 
 
@@ -74,7 +75,7 @@ def test_invalid_problems_name_the_field(changes, field):
 def test_from_tensors_reads_the_call():
     x = torch.randn(2, 6, 10, 12).to(memory_format=torch.channels_last)
     w = torch.randn(4, 3, 3, 2)
-    p = ConvProblem.from_tensors(x, w, torch.randn(4), padding="same", groups=2, activation="silu")
+    p = problem_of_tensors(x, w, torch.randn(4), padding="same", groups=2, activation="silu")
     assert p.layout == "channels_last" and p.arch == "cpu" and p.bias and p.activation == "silu"
     assert p.padding == ((1, 1), (0, 1))  # "same" puts the odd element on the right, as torch does
     assert p.output_size == (10, 12)
@@ -82,7 +83,7 @@ def test_from_tensors_reads_the_call():
 
 def test_same_padding_needs_stride_one():
     with pytest.raises(ValueError, match="stride"):
-        ConvProblem.from_tensors(torch.randn(1, 2, 8, 8), torch.randn(2, 2, 3, 3), stride=2, padding="same")
+        problem_of_tensors(torch.randn(1, 2, 8, 8), torch.randn(2, 2, 3, 3), stride=2, padding="same")
 
 
 @pytest.mark.parametrize("x, w, groups, message", [
@@ -94,7 +95,7 @@ def test_same_padding_needs_stride_one():
 ])
 def test_bad_calls_get_clear_errors(x, w, groups, message):
     with pytest.raises(ValueError, match=message):
-        ConvProblem.from_tensors(x, w, groups=groups)
+        problem_of_tensors(x, w, groups=groups)
 
 
 def test_layout_detection_and_conversion():

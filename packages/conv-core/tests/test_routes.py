@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import conv_core
-from conv_core import BackendInfo, Candidate, ConvProblem, Declined, hookimpl
+from conv_core import BackendInfo, Candidate, Declined, hookimpl
+from conv_core.call import problem_of_tensors
 from conv_core.backends import aten
 from fake_backends import prove_faster
 from test_bench_tune import isolate, use_backends
@@ -60,7 +61,7 @@ def tensors(grad=False, dtype=torch.float32, batch=2):
 
 
 def call_problems(x, w, b, **kwargs):
-    fwd = ConvProblem.from_tensors(x, w, b, **kwargs)
+    fwd = problem_of_tensors(x, w, b, **kwargs)
     return [fwd, fwd.with_direction("bwd_data"), fwd.with_direction("bwd_weight")]
 
 
@@ -252,7 +253,7 @@ def test_compiled_model_runs_a_proven_plugin_kernel_as_an_opaque_op(monkeypatch)
     engine = use_backends(monkeypatch, counting=backend)
     model = conv_core.convert(Tiny().eval())
     x = torch.randn(2, 4, 7, 6)
-    prove_faster(engine, [ConvProblem.from_tensors(x, model.conv1.weight, model.conv1.bias, padding=1)],
+    prove_faster(engine, [problem_of_tensors(x, model.conv1.weight, model.conv1.bias, padding=1)],
                  ["counting:k:c"])
     with torch.no_grad():
         targets = _aten_targets(model, x)
@@ -264,9 +265,9 @@ def test_compiled_model_runs_a_proven_plugin_kernel_as_an_opaque_op(monkeypatch)
 def test_a_fused_epilogue_is_ranked_on_the_bare_problems_measured_times(monkeypatch):
     engine = use_backends(monkeypatch, counting=Counting())
     x, w, b = tensors()
-    bare = ConvProblem.from_tensors(x, w, None, padding=1)
+    bare = problem_of_tensors(x, w, None, padding=1)
     prove_faster(engine, [bare], ["counting:k:c"])
-    fused = ConvProblem.from_tensors(x, w, b, padding=1, activation="relu")
+    fused = problem_of_tensors(x, w, b, padding=1, activation="relu")
     best = engine.ranking(fused, x.device).best
     assert (best.kernel_id, best.source) == ("counting:k:c", "tuning-db (no epilogue)")
 

@@ -12,7 +12,7 @@ from .engine import NoCandidateError, get_engine, reset  # noqa: E402
 from .errors import ConvArgumentError  # noqa: E402
 from .explanation import explain  # noqa: E402
 from .capture import capture_shapes  # noqa: E402
-from .nn import convert, revert  # noqa: E402
+from .conversion import convert, revert  # noqa: E402
 from .fuse import optimize_for_inference  # noqa: E402
 from . import nn  # noqa: E402
 from .functional import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: E402

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the benchmark the command line chose; print its summary, write its record."""
     if args.report:
         return _report(args)
-    from .cli import parse_device
+    from .cli_options import parse_device
 
     device = parse_device(args.device)
     if args.model:
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _usage(message: str):
-    from .cli import UsageError
+    from .cli_options import UsageError
 
     return UsageError(message)
 

@@ -24,7 +24,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from .problem import DIRECTIONS, LAYOUTS, ConvProblem
+from .call import problem_of_tensors
+from .problem import DIRECTIONS, LAYOUTS
 
 #: The layer: (batch, channels in = out, height = width, filter size); padding keeps the size.
 LAYER = (2, 64, 8, 3)
@@ -60,7 +61,7 @@ def backend_choice(x: torch.Tensor, w: torch.Tensor, what: str, backend: str | N
     """(the forward kernel ``backend`` runs the layer with, why it cannot) for every direction ``what`` needs."""
     from .engine import get_engine
 
-    problem = ConvProblem.from_tensors(x.detach(), w.detach(), None, 1, LAYER[3] // 2, 1, 1)
+    problem = problem_of_tensors(x.detach(), w.detach(), None, 1, LAYER[3] // 2, 1, 1)
     kernel = None
     for direction in DIRECTIONS if what == "fwd_bwd" else ("fwd",):
         try:

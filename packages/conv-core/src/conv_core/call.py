@@ -124,3 +124,18 @@ def problem_of_call(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias: 
     check_call(ndim, input, weight, bias, args)
     return args.problem(direction, input.shape, weight.shape, dtype_name(input.dtype), detect_layout(input),
                         bias is not None, arch or device_arch(input.device))
+
+
+def problem_of_tensors(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride=1,
+                       padding=0, dilation=1, groups: int = 1, *, activation: str | None = None,
+                       out_dtype: torch.dtype | str | None = None, direction: str = "fwd") -> ConvProblem:
+    """The problem of a ``torch.nn.functional.conv*d``-style call, its rank read from the input.
+
+    Checks the tensors first (rank, device, dtype, channel counts), so a
+    bad call fails here with a message about the call, not deep in a kernel.
+    """
+    ndim = input.dim() - 2 if isinstance(input, torch.Tensor) else 0
+    if not 1 <= ndim <= 3:
+        check_call_tensors(input, weight, bias, groups)
+    args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, None)
+    return problem_of_call(ndim, input, weight, bias, args, direction)

@@ -16,17 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
 from .call import ConvArgs
 from .transposed import TransposedArgs
 from .ranking import Ranking
-
-if TYPE_CHECKING:  # routes imports the engine, which holds these caches
-    from .routes import Route
-    from .transposed_route import TransposedRoute
 
 #: The eager key's fields, in order. The key is a plain tuple built inline on every call: constructing a
 #: NamedTuple there costs more than the whole lookup. The arguments are as given (lists frozen to tuples).
@@ -96,7 +92,7 @@ class CallCaches:
 
     eager: dict[EagerKey, Runner] = field(default_factory=dict)
     transposed: dict[EagerKey, Runner] = field(default_factory=dict)
-    op_routes: dict[OpKey, Route] = field(default_factory=dict)
+    op_routes: dict[OpKey, Runner] = field(default_factory=dict)
     backward: dict[BackwardKey, Ranking] = field(default_factory=dict)
     traced: dict[TracedKey, bool] = field(default_factory=dict)
 
@@ -105,7 +101,7 @@ class CallCaches:
         for cache in (self.eager, self.transposed, self.op_routes, self.backward, self.traced):
             cache.clear()
 
-    def routes(self) -> Iterator[Route | TransposedRoute]:
+    def routes(self) -> Iterator[Runner]:
         """Every route kept, eager and opaque-op ones (a route with autograd's activation gives its inner one)."""
         for runner in (*self.eager.values(), *self.transposed.values()):
             yield getattr(runner, "route", runner)

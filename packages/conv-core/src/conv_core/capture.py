@@ -40,6 +40,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import functional, routes, transposed_route
+from .call import problem_of_tensors
 from .problem import ConvProblem
 from .transposed import TRANSPOSED_DIRECTIONS, TransposedArgs, problem_of_transposed_call
 
@@ -98,7 +99,7 @@ def _problem_of_aten_call(args) -> tuple[ConvProblem, bool] | None:
     that is no convolution's data gradient."""
     input, weight, bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
     if not transposed:
-        return ConvProblem.from_tensors(input, weight, bias, stride, list(padding), dilation, groups), False
+        return problem_of_tensors(input, weight, bias, stride, list(padding), dilation, groups), False
     ndim = input.dim() - 2
     targs = TransposedArgs.of(ndim, stride, list(padding), output_padding, groups, dilation, None, None, None)
     if not targs.expressible:

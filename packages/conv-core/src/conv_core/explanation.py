@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .arch import device_arch, device_name
-from .call import autocast_operands
+from .call import autocast_operands, problem_of_tensors
 from .candidate import Declined
 from .engine import NoCandidateError, get_engine
 from .problem import ConvProblem
@@ -142,7 +142,7 @@ def explain(problem_or_input: ConvProblem | torch.Tensor, weight: torch.Tensor |
             raise TypeError("explain() needs a ConvProblem, or the input and weight tensors of a call")
         # The problem the call runs: autocast's casts applied, as conv2d applies them.
         x, weight, bias = autocast_operands(problem_or_input, weight, bias)
-        problem = ConvProblem.from_tensors(x, weight, bias, stride, padding, dilation, groups,
+        problem = problem_of_tensors(x, weight, bias, stride, padding, dilation, groups,
                                            activation=activation, out_dtype=out_dtype, direction=direction)
         device = problem_or_input.device if device is None else torch.device(device)
     engine = get_engine()

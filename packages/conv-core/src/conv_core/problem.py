@@ -348,25 +348,6 @@ class ConvProblem:
     def __str__(self) -> str:
         return self.key
 
-    # ---- from a call ---------------------------------------------------------
-
-    @classmethod
-    def from_tensors(cls, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                     stride=1, padding=0, dilation=1, groups: int = 1, *, activation: str | None = None,
-                     out_dtype: torch.dtype | str | None = None, direction: str = "fwd") -> ConvProblem:
-        """The problem of a ``torch.nn.functional.conv*d``-style call (:func:`conv_core.call.problem_of_call`).
-
-        Checks the tensors first (rank, device, dtype, channel counts), so a
-        bad call fails here with a message about the call, not deep in a kernel.
-        """
-        from .call import ConvArgs, problem_of_call
-
-        ndim = input.dim() - 2 if isinstance(input, torch.Tensor) else 0
-        if not 1 <= ndim <= 3:
-            check_call_tensors(input, weight, bias, groups)
-        args = ConvArgs.of(ndim, weight, stride, padding, dilation, groups, activation, out_dtype, None)
-        return problem_of_call(ndim, input, weight, bias, args, direction)
-
 
 def check_call_tensors(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, groups: int) -> None:
     """Reject a call whose tensors cannot form a convolution, naming what is wrong."""

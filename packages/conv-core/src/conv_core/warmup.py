@@ -43,7 +43,7 @@ def model_problems(name: str, *, batch: int, dtype: str, layout: str, image_size
     from torchvision import models  # not a dependency of conv-core: only this command needs it
 
     from .capture import capture_shapes
-    from .nn import convert
+    from .conversion import convert
 
     memory_format = torch.channels_last if layout == "channels_last" else torch.contiguous_format
     with torch.device("meta"):
