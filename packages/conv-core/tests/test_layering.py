@@ -6,13 +6,13 @@ line between the two where it will be cut."""
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import conv_core
+from conv_core.testing.imports import import_graph
 
 ROOT = Path(conv_core.__file__).parent
 #: The offline modules: benchmarks, suites, tables and tuning pipeline, sweeps, pages, the command line.
@@ -24,66 +24,20 @@ TOOLING = frozenset({
 })
 
 
-def _module(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _imported(path: Path, name: str) -> set[str]:
-    """The package's modules ``path`` imports, relative to the package (``kit.tables``), at any level."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1] if package else []
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            elif (node.module or "").startswith("conv_core"):
-                base = node.module.removeprefix("conv_core").lstrip(".")
-            else:
-                continue
-            found.update([base, *(f"{base}.{alias.name}".lstrip(".") for alias in node.names)])
-        elif isinstance(node, ast.Import):
-            found.update(alias.name.removeprefix("conv_core.") for alias in node.names
-                         if alias.name.startswith("conv_core."))
-    return found
-
-
-def _graph() -> dict[str, set[str]]:
-    """Each module -> the package's modules it imports (a name imported from a module counts as that module)."""
-    modules = {_module(path): path for path in ROOT.rglob("*.py")}
-    graph = {}
-    for name, path in modules.items():
-        targets = _imported(path, name)
-        graph[name] = {t for t in targets if t in modules and t not in (name, "")}
-        graph[name] |= {t.rpartition(".")[0] for t in targets if t.rpartition(".")[0] in modules} - {name, ""}
-    return graph
-
-
-def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for target in graph[todo.pop()] - seen:
-            seen.add(target)
-            todo.append(target)
-    return seen
+def _tooling(module: str) -> bool:
+    return module.split(".")[1] in TOOLING if module.count(".") else False
 
 
 def test_no_import_circle():
-    graph = _graph()
-    assert "engine" in graph and "routes" in graph["functional"]
-    assert sorted((a, b) for a in graph for b in graph[a] if a in _reachable(graph, b)) == []
+    graph = import_graph(ROOT)
+    assert "conv_core.routes" in graph.edges["conv_core.functional"]
+    assert graph.circles() == []
 
 
 def test_no_runtime_module_imports_the_tooling():
-    offenders = []
-    for path in sorted(ROOT.rglob("*.py")):
-        name = _module(path)
-        if name.split(".")[0] in TOOLING:
-            continue
-        offenders += [f"{name} imports {target}" for target in sorted(_imported(path, name))
-                      if target.split(".")[0] in TOOLING]
-    assert offenders == []
+    graph = import_graph(ROOT)
+    assert [(a, b) for a in sorted(graph.edges) if not _tooling(a) for b in sorted(graph.edges[a])
+            if _tooling(b)] == []
 
 
 def test_every_tooling_module_exists():
@@ -101,5 +55,5 @@ conv_core.explain(torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3))
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("conv_core."))))
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    loaded = {m.removeprefix("conv_core.") for m in json.loads(out.splitlines()[-1])}
-    assert "engine" in loaded and loaded & TOOLING == set()
+    loaded = json.loads(out.splitlines()[-1])
+    assert "conv_core.engine" in loaded and [m for m in loaded if _tooling(m)] == []
