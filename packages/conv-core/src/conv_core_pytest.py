@@ -12,3 +12,9 @@ def pytest_generate_tests(metafunc) -> None:
         from conv_core.testing.pytest_plugin import generate_tests
 
         generate_tests(metafunc)
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "compile: the ahead-of-time compile checks of every shipped kernel configuration (minutes of "
+        "compilation; CI runs them, a quick local run leaves them out with -m 'not compile')")

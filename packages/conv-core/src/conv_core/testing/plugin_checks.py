@@ -38,13 +38,15 @@ def compile_check_tests(module: str, jobs: Sequence, problems_of: Callable[[dict
                         seconds_per_job: float, floor_s: float) -> tuple[Callable, Callable]:
     """``(compiled, test_compiles_cleanly)`` for a plugin's compile-check test module: the module fixture
     that runs ``python -m <module>`` once (:func:`conv_core.aot.compile_in_subprocess`, at least ``floor_s``
-    seconds, ``seconds_per_job`` a job), and one test per job whose result must show no problem."""
+    seconds, ``seconds_per_job`` a job), and one test per job whose result must show no problem, marked
+    ``compile`` (``pytest -m "not compile"`` leaves the whole compile run out)."""
 
     @pytest.fixture(scope="module")
     def compiled(tmp_path_factory) -> dict[str, dict]:
         timeout = max(floor_s, seconds_per_job * len(jobs))
         return {r["id"]: r for r in compile_in_subprocess(module, tmp_path_factory.mktemp("aot"), timeout)}
 
+    @pytest.mark.compile
     @pytest.mark.parametrize("job", jobs, ids=[job.id for job in jobs])
     def test_compiles_cleanly(job, compiled):
         result = compiled.get(job.id)
