@@ -144,12 +144,12 @@ def _recording_core_calls(recorder: _Recorder):
 @contextlib.contextmanager
 def _not_inlined():
     """The eager entry's native routes through ``Route.run`` for the block, where the capture sees them."""
-    before = functional.INLINE[0]
-    functional.INLINE[0] = False
+    before = functional.INLINE
+    functional.INLINE = False
     try:
         yield
     finally:
-        functional.INLINE[0] = before
+        functional.INLINE = before
 
 
 @contextlib.contextmanager

@@ -152,7 +152,7 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
                                  out_dtype, backend, needs_grad)
         if keep:
             routes[key] = route
-    if route.native and INLINE[0]:  # Route.run's direct branch, without its frame
+    if route.native and INLINE:  # Route.run's direct branch, without its frame
         y = route.conv(input, weight, bias, *route.conv_args)
         return y if route.activation is None else route.activation(y)
     if needs_grad and not route.direct:
@@ -161,9 +161,8 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
 
 
 #: Whether :func:`convolution` runs a native route itself; :func:`conv_core.capture_shapes`, which records calls
-#: where ``Route.run`` passes, turns it off for the capture. A list, so that the hot path reads it without a global
-#: statement and a capture flips it in place.
-INLINE = [True]
+#: where ``Route.run`` passes, turns it off for the capture.
+INLINE = True
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, activation=None, out_dtype=None,

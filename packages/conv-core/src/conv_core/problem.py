@@ -27,7 +27,7 @@ import torch
 
 from . import activations
 from .errors import ConvArgumentError
-from .layout import empty_strided_for
+from .layout import dense_strides
 
 Direction = Literal["fwd", "bwd_data", "bwd_weight"]
 Layout = Literal["channels_first", "channels_last"]
@@ -303,8 +303,14 @@ class ConvProblem:
     # ---- tensors -------------------------------------------------------------
 
     def empty_result(self, device: torch.device | str) -> torch.Tensor:
-        """An uninitialised tensor for this direction's result, in the problem's layout."""
-        return empty_strided_for(self.result_shape, torch_dtype(self.result_dtype), self.layout, device)
+        """An uninitialised tensor for this direction's result, in the problem's layout (a plugin call allocates
+        it on every run, so its strides and dtype are worked out once per problem)."""
+        shape, strides, dtype = self._result_layout
+        return torch.empty_strided(shape, strides, dtype=dtype, device=device)
+
+    @functools.cached_property
+    def _result_layout(self) -> tuple[tuple[int, ...], tuple[int, ...], torch.dtype]:
+        return self.result_shape, dense_strides(self.result_shape, self.layout), torch_dtype(self.result_dtype)
 
     # ---- keys ----------------------------------------------------------------
 

@@ -79,12 +79,7 @@ class _Run:
         self.dtypes = role_dtypes(problem, plan)
         #: the dense channels-last strides of the operands and of the result
         self.strides = tuple(dense_strides(shape, LAYOUT) for shape in (*problem.operand_shapes, problem.result_shape))
-        self._result = (problem.result_shape, self.strides[-1], torch_dtype(problem.result_dtype))
         self._sites: dict[int, object] = {}
-
-    def empty_result(self, device: torch.device) -> torch.Tensor:
-        shape, strides, dtype = self._result
-        return torch.empty_strided(shape, strides, dtype=dtype, device=device)
 
     def sites(self, device: torch.device):
         """The plan's launch sites on ``device`` (made on first use; off CUDA, for tests, a grid of one program)."""
@@ -114,7 +109,7 @@ class ForwardRun(_Run):
         if out is not None and not _usable(out, self.strides[-1]):
             out.copy_(self(x, w, bias))
             return out
-        result = self.empty_result(x.device) if out is None else out
+        result = self.problem.empty_result(x.device) if out is None else out
         matrix = weights.descriptor_base(w, self.plan.weight, self.strides[1])
         bias = result if bias is None else _aligned(bias)  # (read only with HAS_BIAS)
         with _on(x.device):
@@ -144,7 +139,7 @@ class DataGradRun(_Run):
         if out is not None and not _usable(out, self.strides[-1]):
             out.copy_(self(dy, w))
             return out
-        result = self.empty_result(dy.device) if out is None else out
+        result = self.problem.empty_result(dy.device) if out is None else out
         for index in self.zeros:
             result[index].zero_()
         matrices = weights.phase_matrices(w, self.problem.groups, self.forms)
@@ -193,7 +188,7 @@ class WeightGradRun(_Run):
         if out is not None and not _usable(out, self.strides[-1]):
             out.copy_(self(x, dy))
             return out
-        result = self.empty_result(x.device) if out is None else out
+        result = self.problem.empty_result(x.device) if out is None else out
         plan = self.plan
         # the descriptor reads dy in place (its map gives the shape) unless its rows need padding
         dy_base = dy if plan.dy_channels == plan.out_channels else dy_matrix(plan, dy)

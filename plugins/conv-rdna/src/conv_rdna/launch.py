@@ -19,8 +19,8 @@ import os
 import torch
 from conv_core.geometry import Geometry
 from conv_core.kit.launch import launch_all, workspace
-from conv_core.layout import dense_strides, is_dense_in, to_layout
-from conv_core.problem import ConvProblem, torch_dtype
+from conv_core.layout import is_dense_in, to_layout
+from conv_core.problem import ConvProblem
 from conv_core.weight_cache import DerivedWeightCache
 
 from .plans.channels_first import WEIGHT_FORMS
@@ -49,17 +49,15 @@ class PlanRun:
     """``run(a, b, bias=None, *, out=None)`` of one candidate: what its problem and plan fix is computed here, once.
 
     A plugin call's host time is part of what a user waits for (an eager model is often bound by it), so the
-    call itself only checks the operands' layout, allocates the result with strides known in advance and
-    launches. ``body`` is a kernel's own ``run(problem, plan, a, b, bias, *, out)`` where it has one (Winograd's
-    forward: the transformed-weight cache); the shared one otherwise.
+    call itself only checks the operands' layout, allocates the result (its strides worked out once per
+    problem) and launches. ``body`` is a kernel's own ``run(problem, plan, a, b, bias, *, out)`` where it has
+    one (Winograd's forward: the transformed-weight cache); the shared one otherwise.
     """
 
-    __slots__ = ("problem", "plan", "body", "layout", "result", "form", "pack")
+    __slots__ = ("problem", "plan", "body", "layout", "form", "pack")
 
     def __init__(self, problem: ConvProblem, plan: Plan, body=None) -> None:
         self.problem, self.plan, self.body, self.layout = problem, plan, body, problem.layout
-        shape = problem.result_shape
-        self.result = (shape, dense_strides(shape, problem.layout), torch_dtype(problem.result_dtype))
         self.form = (plan.weight_form, problem.groups) if plan.weight_form else None
         self.pack = functools.partial(repack, problem, plan.weight_form) if plan.weight_form else None
 
@@ -77,8 +75,7 @@ class PlanRun:
         if out is not None and not is_dense_in(out, layout):
             out.copy_(self(a, b, bias))
             return out
-        shape, strides, dtype = self.result
-        result = torch.empty_strided(shape, strides, dtype=dtype, device=a.device) if out is None else out
+        result = self.problem.empty_result(a.device) if out is None else out
         tensors = {"a": a, "b": b, "out": result}
         if bias is not None:
             tensors["bias"] = bias if bias.is_contiguous() else bias.contiguous()
