@@ -369,3 +369,43 @@ def test_a_measured_aten_under_a_plugins_host_time_stops_first_use_timing(tmp_pa
     _measure(engine, PROBLEM, {"aten:native:default": 5.0})
     engine.ranking(PROBLEM, CPU)
     assert timed[0] == 0 and plugin.runs == 0  # nothing a plugin could win: nothing compiled or timed
+
+
+class Several(Counting):
+    """A backend offering aten's kernel as several configurations, ``estimates`` (us) their own predictions."""
+
+    def __init__(self, name, estimates):
+        super().__init__(name)
+        self.estimates = estimates
+
+    @hookimpl
+    def conv_core_candidates(self, problem, device):
+        (base,) = aten.conv_core_candidates(problem, device)
+        return [Candidate(self.name, "k", f"c{i}", base.run, estimate_us=us) for i, us in enumerate(self.estimates)]
+
+
+def test_first_use_times_only_the_best_estimated_candidates_that_could_win(tmp_path, monkeypatch):
+    """aten is timed first (100 us here); of each backend, only the FIRST_USE_PER_BACKEND best estimates within
+    FIRST_USE_SLACK of aten's time are timed, and a second engine replays exactly those from the store."""
+    from conv_core.ranking import FIRST_USE_PER_BACKEND, FIRST_USE_SLACK
+
+    timed_ids = []
+
+    def fake_median(fn, device, warmup, reps):
+        timed_ids.append(fn)
+        return 100.0
+
+    monkeypatch.setattr(engine_module, "median_us", fake_median)
+    hopeless = 100.0 * FIRST_USE_SLACK * 1.5
+    one = Several("one", [30.0, 10.0, 20.0, hopeless])
+    two = Several("two", [hopeless, 50.0])
+    store = tmp_path / "first-use"
+    ranking = make_engine(store, one, two, trust_estimates=False).ranking(PROBLEM, CPU)
+    assert FIRST_USE_PER_BACKEND == 2
+    assert len(timed_ids) == 1 + 2 + 1  # aten, one's two best (c1, c2), two's c1
+    sources = {r.kernel_id: r.source for r in ranking.ranked}
+    assert {k for k, s in sources.items() if s == "benchmark"} == {
+        "aten:native:default", "one:k:c1", "one:k:c2", "two:k:c1"}
+
+    again = make_engine(store, one, two, trust_estimates=False).ranking(PROBLEM, CPU)
+    assert len(timed_ids) == 4 and order(again) == order(ranking)  # replayed, nothing timed again

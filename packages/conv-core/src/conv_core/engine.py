@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Callable
 
 import torch
 
@@ -31,8 +32,7 @@ from .errors import ConvArgumentError
 from .first_use import FirstUseStore, Measured, entry_key, scope
 from .plugins import Registry
 from .problem import ConvProblem
-from .ranking import (BASELINE_BACKEND, MARGIN, PLUGIN_HOST_US, Ranked, Ranking, measured_time, nondeterministic,
-                      rank)
+from .ranking import BASELINE_BACKEND, Ranked, Ranking, measured_time, nondeterministic, rank, worth_timing
 from .reference import random_operands
 from .settings import Settings
 from .timing import is_capturing, median_us
@@ -191,50 +191,66 @@ class Engine:
 
     def _replay(self, stored: Measured, candidates: list[Candidate],
                 known: dict[str, float]) -> tuple[dict[str, float], dict[str, str]] | None:
-        """What :meth:`_benchmark` would measure of ``candidates`` (same order, same early stop), taken from
+        """What :meth:`_benchmark` would measure of ``candidates`` (the same ones, in the same order), taken from
         ``stored``; None when it lacks a candidate that would be timed (a new one: everything is timed again)."""
-        times, failed = {}, {}
-        for c in self._timing_order(candidates):
-            if self._stops_early(c, {**known, **times}):
-                break
+
+        def stored_result(c: Candidate) -> tuple[float | None, str | None]:
             if c.kernel_id in stored.us:
-                times[c.kernel_id] = stored.us[c.kernel_id]
-            elif c.kernel_id in stored.failed:
-                failed[c.kernel_id] = stored.failed[c.kernel_id]
-            else:
-                return None
-        return times, failed
+                return stored.us[c.kernel_id], None
+            if c.kernel_id in stored.failed:
+                return None, stored.failed[c.kernel_id]
+            raise LookupError(c.kernel_id)
+
+        try:
+            return self._time_in_turn(candidates, known, stored_result)
+        except LookupError:
+            return None
 
     def _benchmark(self, problem: ConvProblem, device: torch.device, candidates: list[Candidate],
                    known: dict[str, float] | None = None) -> tuple[dict[str, float], dict[str, str], bool]:
         """Opt-in first-use timing: (times, failures) by kernel id, and whether a failure was transient (out of
-        memory); a candidate that fails is not ranked.
-
-        aten is timed first: when it takes less than a plugin's host time per call (and the margin), no
-        plugin can earn its place (:func:`conv_core.ranking.baseline_first`), so the others are neither
-        compiled nor timed. ``known`` holds measured times of candidates not timed here (aten's among them).
-        """
+        memory); a candidate that fails is not ranked. ``known`` holds measured times of candidates not timed
+        here (aten's among them); which candidates are timed: :meth:`_time_in_turn`."""
         operands = random_operands(problem, device, seed=0)
-        times, failed, transient = {}, {}, False
-        for c in self._timing_order(candidates):
-            if self._stops_early(c, {**(known or {}), **times}):
-                break
+        transient = False
+
+        def timed(c: Candidate) -> tuple[float | None, str | None]:
+            nonlocal transient
             try:
-                times[c.kernel_id] = median_us(functools.partial(c.run, *operands), device, warmup=2, reps=10)
+                return median_us(functools.partial(c.run, *operands), device, warmup=2, reps=10), None
             except Exception as exc:
                 log.warning("conv_core: benchmarking %s failed: %s", c.kernel_id, exc)
-                failed[c.kernel_id] = f"{type(exc).__name__}: {exc}"
                 transient = transient or is_transient(exc)
+                return None, f"{type(exc).__name__}: {exc}"
+
+        times, failed = self._time_in_turn(candidates, known or {}, timed)
         return times, failed, transient
 
-    @staticmethod
-    def _timing_order(candidates: list[Candidate]) -> list[Candidate]:
-        return sorted(candidates, key=lambda c: c.backend != BASELINE_BACKEND)  # aten first
+    def _time_in_turn(self, candidates: list[Candidate], known: dict[str, float],
+                      measure: Callable[[Candidate], tuple[float | None, str | None]],
+                      ) -> tuple[dict[str, float], dict[str, str]]:
+        """(times, failures) of the candidates first use times, each from ``measure`` (its time, or why it
+        failed): aten first, then the plugin candidates that could still win against aten's time (timed now or
+        in ``known``; :func:`conv_core.ranking.worth_timing`), or all of them when estimates are trusted."""
+        times: dict[str, float] = {}
+        failed: dict[str, str] = {}
 
-    def _stops_early(self, c: Candidate, times: dict[str, float]) -> bool:
-        """Whether timing stops before ``c``: aten, timed first, is under a plugin's host time."""
-        return (not self.settings.trust_estimates and c.backend != BASELINE_BACKEND
-                and times.get(BASELINE_KERNEL, float("inf")) < PLUGIN_HOST_US * MARGIN)
+        def take(c: Candidate) -> None:
+            us, why = measure(c)
+            if why is None:
+                times[c.kernel_id] = us
+            else:
+                failed[c.kernel_id] = why
+
+        plugins = [c for c in candidates if c.backend != BASELINE_BACKEND]
+        for c in candidates:
+            if c.backend == BASELINE_BACKEND:
+                take(c)
+        if not self.settings.trust_estimates:
+            plugins = worth_timing(plugins, times.get(BASELINE_KERNEL, known.get(BASELINE_KERNEL)))
+        for c in plugins:
+            take(c)
+        return times, failed
 
     # ---- running -------------------------------------------------------------
 

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 import pytest
 import torch
 
+from conv_core_pytest import COMPILE_RUN
+
 from ..aot import compile_in_subprocess
 from ..candidate import Declined
 
@@ -38,15 +40,17 @@ def compile_check_tests(module: str, jobs: Sequence, problems_of: Callable[[dict
                         seconds_per_job: float, floor_s: float) -> tuple[Callable, Callable]:
     """``(compiled, test_compiles_cleanly)`` for a plugin's compile-check test module: the module fixture
     that runs ``python -m <module>`` once (:func:`conv_core.aot.compile_in_subprocess`, at least ``floor_s``
-    seconds, ``seconds_per_job`` a job), and one test per job whose result must show no problem, marked
-    ``compile`` (``pytest -m "not compile"`` leaves the whole compile run out)."""
+    seconds, ``seconds_per_job`` a job), and one test per job whose result must show no problem. Every test that
+    uses the fixture, these and the module's own, is marked ``compile`` (``pytest -m "not compile"`` leaves the
+    whole compile run out)."""
 
-    @pytest.fixture(scope="module")
     def compiled(tmp_path_factory) -> dict[str, dict]:
         timeout = max(floor_s, seconds_per_job * len(jobs))
         return {r["id"]: r for r in compile_in_subprocess(module, tmp_path_factory.mktemp("aot"), timeout)}
 
-    @pytest.mark.compile
+    setattr(compiled, COMPILE_RUN, True)  # conv_core_pytest marks every test using it ``compile``
+    compiled = pytest.fixture(scope="module")(compiled)
+
     @pytest.mark.parametrize("job", jobs, ids=[job.id for job in jobs])
     def test_compiles_cleanly(job, compiled):
         result = compiled.get(job.id)
