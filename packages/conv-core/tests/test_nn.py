@@ -252,3 +252,56 @@ def test_converted_model_deepcopies_and_pickles(tmp_path):
     torch.save(model, path)
     loaded = torch.load(path, weights_only=False)
     torch.testing.assert_close(loaded(x), model(x))
+
+
+# ---- the lean call path: nn.Module.__call__'s behaviour wherever it would do more than call forward -------------
+
+
+def test_a_module_call_runs_every_kind_of_hook():
+    """Module hooks, global hooks and full backward hooks run, as nn.Module.__call__ runs them."""
+    ref, mine = _pair(2, in_channels=2, out_channels=3, kernel_size=3, padding=1)
+    seen = []
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64)
+    handles = [mine.register_forward_pre_hook(lambda m, args: seen.append("pre")),
+               mine.register_forward_hook(lambda m, args, out: out * 2),
+               mine.register_full_backward_hook(lambda m, gin, gout: seen.append("backward"))]
+    y = mine(x.requires_grad_(True))
+    torch.testing.assert_close(y, ref(x) * 2)
+    y.sum().backward()
+    assert seen == ["pre", "backward"]
+    for handle in handles:
+        handle.remove()
+    expected = ref(x)
+    handle = nn.modules.module.register_module_forward_hook(lambda m, args, out: out + 1)
+    try:
+        torch.testing.assert_close(mine(x), expected + 1)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(mine(x), ref(x))
+
+
+def test_a_module_call_reads_swapped_and_parametrized_weights():
+    """The weight comes from the module's parameters as torch.func.functional_call or a parametrization leave
+    them: a swapped parameter is used, a parametrized one is computed."""
+    ref, mine = _pair(2, in_channels=2, out_channels=3, kernel_size=3, padding=1)
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64)
+    other = {"weight": torch.randn_like(mine.weight), "bias": torch.randn_like(mine.bias)}
+    torch.testing.assert_close(torch.func.functional_call(mine, other, (x,)),
+                               torch.func.functional_call(ref, other, (x,)))
+    no_bias = {"weight": other["weight"], "bias": None}
+    torch.testing.assert_close(torch.func.functional_call(mine, no_bias, (x,)), F.conv2d(x, other["weight"], None,
+                                                                                           padding=1))
+    parametrize.register_parametrization(mine, "weight", _Doubled())
+    torch.testing.assert_close(mine(x), F.conv2d(x, ref.weight * 2, ref.bias, padding=1))
+
+
+class _Doubled(nn.Module):
+    def forward(self, w):
+        return w * 2
+
+
+def test_a_module_call_is_traced_by_torch_jit():
+    ref, mine = _pair(2, in_channels=2, out_channels=3, kernel_size=3, padding=1)
+    x = torch.randn(1, 2, 5, 5, dtype=torch.float64)
+    traced = torch.jit.trace(mine, (x,), check_trace=False)
+    torch.testing.assert_close(traced(x), ref(x))

@@ -13,12 +13,32 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules import module as _module
 
 from . import activations, functional
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
 EXTRA_ATTRIBUTES = ("activation", "out_dtype", "backend")
+
+
+#: What the lean call path (``_ConvCoreMixin.__call__``) checks and falls back to, bound once.
+_module_call = nn.Module.__call__
+_tracing_state = torch._C._get_tracing_state
+_compiling = torch.compiler.is_compiling
+
+
+def _weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The module's ``weight`` and ``bias`` read from its parameters, where ``module.weight`` would go through
+    ``nn.Module.__getattr__`` (microseconds per attribute on every call). A parametrized weight or bias
+    (``torch.nn.utils.parametrize``, old-style ``weight_norm``) is not a registered parameter: it is read as an
+    attribute, as torch reads it."""
+    parameters = module._parameters
+    weight = parameters.get("weight")
+    if weight is None:
+        weight = module.weight
+    bias = parameters["bias"] if "bias" in parameters else module.bias
+    return weight, bias
 
 
 class _ConvCoreMixin:
@@ -41,11 +61,23 @@ class _ConvCoreMixin:
         self.out_dtype = out_dtype
         self.backend = backend
 
+    def __call__(self, *args, **kwargs):
+        """``nn.Module.__call__`` without its two frames where it would only call ``forward``: no hook (the
+        module's or a global one), no ``torch.jit`` trace, no ``module.compile()``, no Dynamo tracing. An eager
+        model calls this once per layer and step, and a host-bound model waits for every microsecond of it."""
+        if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
+                or _module._global_forward_pre_hooks or _module._global_forward_hooks
+                or _module._global_backward_pre_hooks or _module._global_backward_hooks
+                or self._compiled_call_impl is not None or _tracing_state() or _compiling()):
+            return _module_call(self, *args, **kwargs)
+        return self.forward(*args, **kwargs)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         """torch's ``forward`` and ``_conv_forward`` in one frame: a model calls it once per layer and step."""
         if self.padding_mode != "zeros":
             return self._conv_forward(input, self.weight, self.bias)
-        return functional.convolution(self._ndim, input, self.weight, self.bias, self.stride, self.padding,
+        weight, bias = _weight_and_bias(self)
+        return functional.convolution(self._ndim, input, weight, bias, self.stride, self.padding,
                                       self.dilation, self.groups, self.activation, self.out_dtype, self.backend)
 
     def _conv_forward(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -95,7 +127,8 @@ class _TransposedMixin(_ConvCoreMixin):
             raise ValueError(f"Only `zeros` padding mode is supported for {type(self).__name__}")
         output_padding = self._output_padding(input, output_size, self.stride, self.padding, self.kernel_size,
                                               self._ndim, self.dilation)
-        return functional.transposed_convolution(self._ndim, input, self.weight, self.bias, self.stride,
+        weight, bias = _weight_and_bias(self)
+        return functional.transposed_convolution(self._ndim, input, weight, bias, self.stride,
                                                  self.padding, output_padding, self.groups, self.dilation,
                                                  self.activation, self.out_dtype, self.backend)
 
