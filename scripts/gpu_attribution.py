@@ -3,9 +3,9 @@
     python3 scripts/gpu_attribution.py --out DIR [--models resnet50,densenet121 --modes eager,train]
                                        [--host-calls 300]
 
-For each model and mode: :func:`conv_core.model_attribution.attribute_mode` (each convolution's host and GPU
+For each model and mode: :func:`conv_tools.model_attribution.attribute_mode` (each convolution's host and GPU
 time plain and converted, its layouts, kernels and route; the other ops by name), printed as
-:func:`~conv_core.model_attribution.describe` lines and written to ``DIR/attribution.json``. Then one small
+:func:`~conv_tools.model_attribution.describe` lines and written to ``DIR/attribution.json``. Then one small
 layer (2x64x8x8, 3x3, bf16 channels-last) called through each backend, forward and forward + backward: host
 microseconds per call and the Python functions that take them (cProfile), into ``DIR/host_profile.txt``.
 Plain PyTorch runs with ``torch.backends.cudnn.benchmark = True``, as in the real-model benchmark.
@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 
 import conv_core
-from conv_core import bench_models
-from conv_core.model_attribution import attribute_mode, describe
-from conv_core.model_bench import ModelBenchConfig, cudnn_benchmark, model_picks
+from conv_tools import bench_models
+from conv_tools.model_attribution import attribute_mode, describe
+from conv_tools.model_bench import ModelBenchConfig, cudnn_benchmark, model_picks
 
 
 def attribute_models(models: list[str], modes: list[str], out: Path) -> None:

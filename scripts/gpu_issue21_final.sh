@@ -6,7 +6,7 @@ out=${1:?output folder}; mkdir -p "$out/r"
 export PYTHONUNBUFFERED=1 CONV_CORE_TUNING_DB="$out/tuning.json"
 for p in packages/conv-core plugins/*/; do python3 -m pip install -q --no-deps --no-build-isolation --no-index -e "$p"; done
 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 timeout 80 python3 -m torch.distributed.run \
-  --nproc_per_node 2 -m conv_core.model_bench_ddp --json "$out/r/ddp.json" > "$out/ddp.log" 2>&1
+  --nproc_per_node 2 -m conv_tools.model_bench_ddp --json "$out/r/ddp.json" > "$out/ddp.log" 2>&1
 model() {  # GPU, seconds, model, modes, extra arguments
   CUDA_VISIBLE_DEVICES=$1 timeout "$2" conv-core bench --model "$3" --modes "$4" --rounds 5 --iterations 2 --json "$out/r/$3_${4//,/_}.json" \
     "${@:5}" >> "$out/gpu$1.log" 2>&1

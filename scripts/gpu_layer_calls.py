@@ -31,7 +31,7 @@ import conv_core
 from conv_core.arch import device_arch
 from conv_core.engine import get_engine
 from conv_core.reference import compare, random_operands
-from conv_core.suites import load_suite
+from conv_tools.suites import load_suite
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 LAYOUTS = {"nhwc": "channels_last", "nchw": "channels_first"}

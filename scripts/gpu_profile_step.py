@@ -18,7 +18,7 @@ import time
 import torch
 
 import conv_core
-from conv_core import bench_models
+from conv_tools import bench_models
 
 
 def _step(model, x, amp: bool):

@@ -32,7 +32,7 @@
 #   attribute  : where converted models lose time, per layer, and a cProfile of one plugin call per backend
 #                (scripts/gpu_attribution.py $ATTRIBUTION_ARGS) into OUT_DIR/attribution.json, host_profile.txt
 #   holdout    : the ranking on layers no table saw (conv-core bench --holdout $HOLDOUT_ARGS) into OUT_DIR/holdout.json
-#   ddp        : the DDP training step on every GPU (conv_core.model_bench_ddp) into OUT_DIR/ddp.json
+#   ddp        : the DDP training step on every GPU (conv_tools.model_bench_ddp) into OUT_DIR/ddp.json
 #   graphs     : CUDA graph capture of a training step with each backend forced (conv-core's GPU test) and
 #                conv-gluon's launch-path checks (graph vs eager, host time, compilations) into OUT_DIR/gluon_host.json
 #   firstcall  : first-call cost of a converted ResNet-50 on an empty Triton cache (scripts/gpu_first_call.py)
@@ -176,7 +176,7 @@ for stage in "$@"; do
       ;;
     ddp)
       NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 python3 -m torch.distributed.run \
-        --nproc_per_node "$(nvidia-smi -L | wc -l)" -m conv_core.model_bench_ddp --json "$out/ddp.json" \
+        --nproc_per_node "$(nvidia-smi -L | wc -l)" -m conv_tools.model_bench_ddp --json "$out/ddp.json" \
         2>&1 | tail -20 || status=1
       ;;
     graphs)

@@ -27,7 +27,7 @@ import torch
 
 from conv_core.arch import device_arch
 from conv_core.engine import get_engine
-from conv_core.suites import suite_problems
+from conv_tools.suites import suite_problems
 from conv_core.testing import check_candidate
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

@@ -1,7 +1,7 @@
 """The built wheels, installed (not editable) in a fresh environment, work from outside the source tree.
 
-tox's ``wheels`` environment builds conv-core, conv-rdna, conv-gluon and conv-cdna with ``pip wheel``, installs the
-four wheels with their declared dependencies (pinned by constraints.txt), and runs this module from its
+tox's ``wheels`` environment builds conv-core, conv-tools, conv-rdna, conv-gluon and conv-cdna with ``pip wheel``,
+installs the five wheels with their declared dependencies (pinned by constraints.txt), and runs this module from its
 temporary directory with ``TRITON_INTERPRET=1``. What an editable install hides shows up here: a data file
 the package-data globs miss, a module left out of the package, a dependency the metadata does not declare.
 ``CONV_SOURCE_ROOT`` names the repository, only to list the data files the installed packages must carry.
@@ -27,6 +27,7 @@ SOURCE_ROOT = Path(os.environ.get("CONV_SOURCE_ROOT", Path(__file__).resolve().p
 #: import name -> its source directory in the repository.
 PACKAGES = {
     "conv_core": SOURCE_ROOT / "packages/conv-core/src/conv_core",
+    "conv_tools": SOURCE_ROOT / "packages/conv-tools/src/conv_tools",
     "conv_rdna": SOURCE_ROOT / "plugins/conv-rdna/src/conv_rdna",
     "conv_gluon": SOURCE_ROOT / "plugins/conv-gluon/src/conv_gluon",
     "conv_cdna": SOURCE_ROOT / "plugins/conv-cdna/src/conv_cdna",
@@ -53,6 +54,12 @@ def test_every_data_file_is_shipped(name):
     assert wanted, f"no data files under {source}"
     missing = [str(p) for p in wanted if not (installed_dir(name) / "data" / p).is_file()]
     assert missing == []
+
+
+def test_the_tooling_adds_its_subcommands():
+    """``conv-core bench`` comes from the conv-tools wheel (entry point ``conv_core.commands``) and reads its suites."""
+    out = subprocess.run(["conv-core", "bench", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "--suite" in out and "--model" in out
 
 
 def test_cli_lists_every_plugin_loaded():

@@ -103,33 +103,3 @@ def deterministic_algorithms():
         yield
     finally:
         torch.use_deterministic_algorithms(before, warn_only=warn_only)
-
-
-def prove_faster(engine, problems, kernel_ids, aten_us=100.0, us=1.0) -> None:
-    """Tuning-database entries measuring each of ``kernel_ids`` at ``us`` and aten at ``aten_us`` on each
-    problem (on the CPU): the evidence the ranking asks for before a plugin runs instead of aten."""
-    from conv_core.tuning import Entry, merge_entries, read_entries, write_entries
-
-    versions = engine.versions()
-    entries = []
-    for problem in problems:
-        entries.append(Entry("cpu", "cpu", problem.key, "aten:native:default", versions["aten"], aten_us))
-        entries += [Entry("cpu", "cpu", problem.key, k, versions[k.split(":")[0]], us) for k in kernel_ids]
-    db = engine.settings.tuning_db
-    write_entries(db, merge_entries(read_entries(db), entries))
-    engine.reset()
-
-
-def write_suite(path, layers) -> str:
-    """A suite file at ``path`` (``--suite`` takes a suite JSON's path) of ``layers``: (name, in channels, out
-    channels, square input size, square filter size, padding) each, stride 1; returns the path as a string."""
-    import json
-
-    def layer(name, c, k, size, f, pad):
-        return {"name": name, "in_channels": c, "out_channels": k, "input_size": [size, size],
-                "filter_size": [f, f], "stride": [1, 1], "padding": [[pad, pad], [pad, pad]], "dilation": [1, 1],
-                "groups": 1, "bias": False, "count": 1}
-
-    path.write_text(json.dumps({"name": path.stem, "description": "test", "source": "", "default_batch": 2,
-                                "layers": [layer(*spec) for spec in layers]}))
-    return str(path)

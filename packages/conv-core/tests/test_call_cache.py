@@ -12,7 +12,7 @@ import conv_core
 from conv_core import ops
 from conv_core.call_cache import EAGER_KEY_FIELDS, BackwardKey, OpKey, TracedKey
 from conv_core.dispatch import op_args
-from test_bench_tune import isolate, use_backends
+from conv_core.testing.fakes import isolate, use_backends
 
 SOURCE = Path(conv_core.__file__).resolve().parent
 

@@ -8,7 +8,7 @@ import torch
 import conv_core
 from conv_core import ConvProblem
 from conv_core.explanation import describe_shape, explain
-from test_bench_tune import CPU, TINY, NoInfo, Plugin, isolate, raising_backend, use_backends
+from conv_core.testing.fakes import CPU, TINY, NoInfo, Plugin, isolate, raising_backend, use_backends
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +40,7 @@ def test_explain_the_tensors_of_a_call():
 
 
 def test_explain_shows_declines_failed_backends_and_run_failures(monkeypatch):
-    from fake_backends import prove_faster
+    from conv_core.testing.fakes import prove_faster
 
     engine = use_backends(monkeypatch, nope=Plugin("nope", None, declines="only float16"), noinfo=NoInfo(),
                            raising=raising_backend())
@@ -88,7 +88,7 @@ def test_describe_shape_is_compact():
 
 def test_explain_shows_atomics_excluded_in_deterministic_mode(monkeypatch):
     from fake_backends import deterministic_algorithms
-    from test_bench_tune import zeros_run
+    from conv_core.testing.fakes import zeros_run
 
     use_backends(monkeypatch, atomic=Plugin("atomic", zeros_run, estimate_us=1e-6, tags={"atomics"}))
     e = explain(TINY, device=CPU)
@@ -103,10 +103,10 @@ def test_explain_shows_atomics_excluded_in_deterministic_mode(monkeypatch):
 
 
 def test_explain_notes_the_nondeterministic_setting(monkeypatch):
-    from test_bench_tune import zeros_run
+    from conv_core.testing.fakes import zeros_run
 
     monkeypatch.setenv("CONV_CORE_NONDETERMINISTIC", "1")
-    from fake_backends import prove_faster
+    from conv_core.testing.fakes import prove_faster
 
     engine = use_backends(monkeypatch, atomic=Plugin("atomic", zeros_run, estimate_us=1e-6, tags={"atomics"}))
     prove_faster(engine, [TINY], ["atomic:k:c"])

@@ -297,18 +297,15 @@ def test_the_default_folder_is_in_the_cache_and_the_variable_moves_it(tmp_path, 
 
 
 def test_warmup_with_benchmark_fills_the_store(tmp_path, monkeypatch, capsys, timed):
-    from fake_backends import write_suite
-
     store = tmp_path / "first-use"
     monkeypatch.setenv("CONV_CORE_FIRST_USE_DIR", str(store))
     monkeypatch.setenv("CONV_CORE_TUNING_DB", str(tmp_path / "tuning.json"))
     monkeypatch.setenv("CONV_CORE_PLUGINS", "aten")
     monkeypatch.delenv("CONV_CORE_BENCHMARK", raising=False)
     monkeypatch.setattr(engine_module, "_engine", None)
-    suite = write_suite(tmp_path / "tiny.json", [("conv1", 4, 8, 6, 3, 1), ("conv2", 8, 4, 5, 1, 0)])
+    shapes = ["--shape", "n2 c4 k8 i6x6 f3 p1", "--shape", "n2 c8 k4 i5x5 f1 p0"]
 
-    assert main(["warmup", "--suite", suite, "--dtype", "fp32", "--layout", "nchw", "--device", "cpu",
-                 "--benchmark"]) == 0
+    assert main(["warmup", *shapes, "--dtype", "fp32", "--layout", "nchw", "--device", "cpu", "--benchmark"]) == 0
     assert f"first-use timings kept in {store}" in capsys.readouterr().out
     assert timed[0] == 2 and not engine_module.get_engine().settings.benchmark  # the process's engine unchanged
 

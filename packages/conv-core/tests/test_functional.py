@@ -163,12 +163,12 @@ class AtomicBackend:
 @pytest.mark.parametrize("allowed", [False, True])
 def test_cached_calls_follow_the_deterministic_mode(tmp_path, monkeypatch, allowed):
     from fake_backends import deterministic_algorithms
-    from test_bench_tune import isolate, use_backends
+    from conv_core.testing.fakes import isolate, use_backends
 
     isolate(tmp_path, monkeypatch)
     if allowed:
         monkeypatch.setenv("CONV_CORE_NONDETERMINISTIC", "1")
-    from fake_backends import prove_faster
+    from conv_core.testing.fakes import prove_faster
 
     backend = AtomicBackend()
     engine = use_backends(monkeypatch, atomic=backend)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import fake_backends as fb
+from conv_core.testing.fakes import prove_faster
 from conv_core import ConvProblem, NoCandidateError
 from conv_core.engine import Engine
 from conv_core.plugins import ENTRY_POINT_GROUP, Registry
@@ -118,7 +119,7 @@ def test_nondeterministic_setting_ranks_atomics_by_time(tmp_path):
                nondeterministic=True)
     ids = [r.kernel_id for r in e.ranking(PROBLEM, CPU).ranked]
     assert ids == ["aten:native:default", "atomic:k:c", "slow:k:c", "fancy:k:c"]
-    fb.prove_faster(e, [PROBLEM], ["atomic:k:c"])
+    prove_faster(e, [PROBLEM], ["atomic:k:c"])
     assert [r.kernel_id for r in e.ranking(PROBLEM, CPU).ranked][0] == "atomic:k:c"
 
 
@@ -188,7 +189,7 @@ def test_force_backend_and_missing_candidates(tmp_path):
 
 def test_a_candidate_that_fails_when_run_falls_back(tmp_path):
     e = engine(tmp_path, [ep("failsrun", "FAILS_WHEN_RUN")])
-    fb.prove_faster(e, [PROBLEM], ["failsrun:bad:c"])
+    prove_faster(e, [PROBLEM], ["failsrun:bad:c"])
     assert e.ranking(PROBLEM, CPU).best.kernel_id == "failsrun:bad:c"
     ops = operands()
     torch.testing.assert_close(e.run(PROBLEM, CPU, ops), torch.nn.functional.conv2d(ops[0], ops[1], padding=1))

@@ -15,8 +15,8 @@ import conv_core
 from conv_core import BackendInfo, Candidate, Declined, hookimpl
 from conv_core.call import problem_of_tensors
 from conv_core.backends import aten
-from fake_backends import prove_faster
-from test_bench_tune import isolate, use_backends
+from conv_core.testing.fakes import prove_faster
+from conv_core.testing.fakes import isolate, use_backends
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import conv_core
 from conv_core.layout import is_dense_in
-from test_bench_tune import isolate, use_backends
+from conv_core.testing.fakes import isolate, use_backends
 from test_routes import Counting
 
 TORCH = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}

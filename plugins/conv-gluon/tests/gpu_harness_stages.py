@@ -30,7 +30,7 @@ from conv_core import activations
 from conv_core.candidate import Candidate, Declined
 from conv_core.problem import ConvProblem
 from conv_core.reference import random_operands
-from conv_core.suites import suite_problems
+from conv_tools.suites import suite_problems
 from conv_core.testing import check_candidate
 from conv_core.timing import median_us
 from gpu_harness_cases import BIG_LAYERS, DETERMINISM_SHAPES, ISSUE_SHAPES, SUITES, WGRAD_SUITES, config_problem, make

@@ -13,7 +13,7 @@ import sys
 
 import torch
 from conv_core.problem import ConvProblem
-from conv_core.suites import suite_problems
+from conv_tools.suites import suite_problems
 from gpu_harness_cases import BIG_LAYERS, DETERMINISM_SHAPES, ISSUE_SHAPES, SUITES, make
 from gpu_harness_run import Run
 from gpu_harness_stages import CONFIG_KERNELS, KIT, WARM_TIMEOUT_S, forced, gluon_candidates, wgrad_suite_problems

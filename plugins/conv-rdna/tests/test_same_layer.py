@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conv_core import suites
+from conv_tools import suites
 from conv_core.problem import ConvProblem
 from conv_core.kit.tables import layer_key
 from conv_core.kit import same_layer

@@ -5,11 +5,11 @@ import json
 
 import pytest
 import torch
-from conv_core import sweep as core_sweep
-from conv_core import tune
+from conv_tools import sweep as core_sweep
+from conv_tools import tune
 from conv_core.problem import ConvProblem
 from conv_core.kit.tables import layer_key
-from conv_core.suites import available_suites, load_suite
+from conv_tools.suites import available_suites, load_suite
 from conv_core.weight_cache import DerivedWeightCache
 from conv_rdna import aot, candidates, configs, launch, registry, sweep
 from conv_rdna.plans import winograd

@@ -1,20 +1,20 @@
-"""The ``conv-core`` command: inspect backends, explain choices, benchmark, tune, check, describe the machine.
+"""The ``conv-core`` command: inspect backends, explain choices, warm up a model, check backends, describe the machine.
 
 ::
 
     conv-core backends [--json]
     conv-core explain  --shape "n32 c64 k64 i56x56 f3x3 s1 p1" [--dtype bf16 --layout nhwc ...] [--json]
-    conv-core bench    --suite resnet50 [--batch 32 --layers 5 --direction all --csv f.csv --json f.json --png f.png]
-    conv-core bench    --model resnet50 [--modes eager,train --json f.json] | --host | --holdout | --report a.json ...
-    conv-core tune     --suite resnet50 [--db PATH --export PATH --backend NAME]
+    conv-core warmup   --model resnet50 | --shape SHAPE [--shape ...] [--batch 32 --dtype bf16 --train --benchmark]
     conv-core check    [--backend NAME]
-    conv-core warmup   --model resnet50 | --suite resnet50 [--batch 32 --dtype bf16 --layout nhwc --train --benchmark]
     conv-core info     [--json]
 
-Every subcommand is a small function over the library (:mod:`conv_core.explanation`,
-:mod:`conv_core.bench`, :mod:`conv_core.tune`, ...), so what the command prints
-a program can also get. Usage errors (a bad shape, an unknown suite) print one
-line and exit with status 2.
+The offline tooling (``conv-tools``) adds ``bench``, ``tune`` and ``tables`` when it is installed: each package
+may add subcommands through an entry point in the group ``conv_core.commands``, a function that takes the
+subparsers and adds its own (:data:`COMMANDS`). Without it those names say which package to install.
+
+Every subcommand is a small function over the library (:mod:`conv_core.explanation`, :mod:`conv_core.warmup`,
+...), so what the command prints a program can also get. Usage errors (a bad shape, an unknown model) print
+one line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -23,66 +23,59 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 import torch
 
 from . import __version__
-from .problem import DIRECTIONS, ConvProblem
 from .cli_options import UsageError, parse_device, parse_dtype, parse_layout
+from .problem import DIRECTIONS, ConvProblem
 from .text_table import format_table
+
+#: The entry-point group through which installed packages add subcommands.
+COMMANDS = "conv_core.commands"
+#: Subcommands of the offline tooling, and the package that brings them.
+TOOLING_COMMANDS = {"bench": "conv-tools", "tune": "conv-tools", "tables": "conv-tools"}
 
 
 # ---- choosing problems ----------------------------------------------------------------------------
 
 
-def select_problems(args: argparse.Namespace, device: torch.device) -> list[tuple[str, ConvProblem]]:
-    """``(layer, problem)`` pairs named by ``--suite``, ``--shape`` or ``--key``, in the chosen directions.
-
-    Layers are cut to ``--layers`` before each is expanded into its
-    directions, so ``--layers 2 --direction all`` gives six problems. Without
-    ``--direction`` a problem keeps its own (``fwd``, unless a full key says otherwise).
-    """
+def shape_problems(args: argparse.Namespace, device: torch.device) -> list[tuple[str, ConvProblem]]:
+    """The ``(layer, problem)`` of each ``--shape`` (or ``--key``), forward unless a full key says otherwise, with
+    the ``--bias`` and ``--activation`` given."""
     from .arch import device_arch
+    from .explanation import describe_shape
+    from .shapes import problems_from_shape
 
     options = dict(batch=args.batch, dtype=args.dtype, layout=args.layout, direction="fwd", arch=device_arch(device))
+    shapes = args.shape if isinstance(args.shape, list) else [args.shape]
     try:
-        from . import suites
-        from .explanation import describe_shape
-
-        if args.suite:
-            base = suites.suite_problems(args.suite, **options)
-        else:  # one problem, named by its compact shape
-            (_, problem), = ([(None, ConvProblem.from_key(args.key))] if args.key
-                             else suites.problems_from_shape(args.shape, **options))
-            base = [(describe_shape(problem), problem)]
-        base = [(name, _with_epilogue(p, args.bias, args.activation)) for name, p in base]
+        problems = ([ConvProblem.from_key(args.key)] if args.key
+                    else [p for shape in shapes for _, p in problems_from_shape(shape, **options)])
+        return [(describe_shape(p), with_epilogue(p, args.bias, args.activation)) for p in problems]
     except (LookupError, ValueError) as exc:
-        raise UsageError(_message(exc)) from None
-    if args.layers is not None:
+        raise UsageError(usage_message(exc)) from None
+
+
+def in_directions(args: argparse.Namespace, base: list[tuple[str, ConvProblem]],
+                  transposed: frozenset[str] = frozenset()) -> list[tuple[str, ConvProblem]]:
+    """``base`` cut to ``--layers`` (where the command has it), then each problem in the ``--direction`` asked
+    for (``all``: the three; none: its own). ``transposed`` names layers whose directions map onto their
+    convolution's (:func:`conv_core.transposed.layer_direction`), so ``--layers 2 --direction all`` gives six
+    problems."""
+    from .transposed import layer_direction
+
+    if getattr(args, "layers", None) is not None:
         base = base[: args.layers]
     if args.direction is None:
         return base
     directions = DIRECTIONS if args.direction == "all" else (args.direction,)
-    transposed = transposed_layers(args)
     try:
-        return [(name, p.with_direction(suites.TRANSPOSED_DIRECTIONS[d] if name in transposed else d))
-                for name, p in base for d in directions]
+        return [(name, p.with_direction(layer_direction(d, name in transposed))) for name, p in base
+                for d in directions]
     except ValueError as exc:
-        raise UsageError(_message(exc)) from None
-
-
-def _direction_label(problem: ConvProblem, transposed: bool) -> str:
-    """The direction of the layer that ``problem`` computes, as tables show it."""
-    from .suites import direction_label, layer_direction
-
-    return direction_label(layer_direction(problem.direction, transposed), transposed)
-
-
-def transposed_layers(args: argparse.Namespace) -> frozenset[str]:
-    """The ``--suite``'s transposed layers, whose directions map onto their convolution's (:mod:`conv_core.suites`)."""
-    from . import suites
-
-    return suites.transposed_layers(args.suite) if args.suite else frozenset()
+        raise UsageError(usage_message(exc)) from None
 
 
 def require_backend(name: str | None) -> None:
@@ -98,7 +91,7 @@ def require_backend(name: str | None) -> None:
                      + (f"; failed to load: {', '.join(failed)}" if failed else ""))
 
 
-def _with_epilogue(problem: ConvProblem, bias: bool, activation: str | None) -> ConvProblem:
+def with_epilogue(problem: ConvProblem, bias: bool, activation: str | None) -> ConvProblem:
     """Add the epilogue options given on the command line (never remove a suite's own)."""
     changes = {}
     if bias:
@@ -108,7 +101,7 @@ def _with_epilogue(problem: ConvProblem, bias: bool, activation: str | None) -> 
     return problem.replace(**changes) if changes else problem
 
 
-def _message(exc: BaseException) -> str:
+def usage_message(exc: BaseException) -> str:
     """A KeyError's text without the quotes ``str()`` adds."""
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
@@ -148,97 +141,31 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     device = parse_device(args.device)
     require_backend(args.backend)
-    problems = select_problems(args, device)
-    if len(problems) != 1:
-        raise UsageError("explain takes one problem: give --direction fwd, bwd_data or bwd_weight, not all")
+    problems = in_directions(args, shape_problems(args, device))
     explanation = explain(problems[0][1], device=device, backend=args.backend)
     print(json.dumps(explanation.to_dict(), indent=1) if args.json else explanation)
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    """Time every candidate on the chosen layers; print the table and the ranking's quality.
-
-    ``--model``, ``--host``, ``--holdout`` and ``--report`` run the benchmarks of :mod:`conv_core.bench_cli`.
-    """
-    from . import bench, bench_cli
-
-    if bench_cli.chosen(args):
-        return bench_cli.run(args)
-
-    device = parse_device(args.device)
-    if args.png:
-        from .chart import ChartUnavailable, require_matplotlib
-
-        try:
-            require_matplotlib()
-        except ChartUnavailable as exc:
-            raise UsageError(str(exc)) from None
-    problems = select_problems(args, device)
-    rows = bench.run_bench(problems, device, reps=args.reps, warmup=args.warmup, progress=_progress(args),
-                           transposed=transposed_layers(args))
-    if args.json == "-":
-        print(json.dumps(bench.to_json(rows, device, reps=args.reps, warmup=args.warmup), indent=1))
-    else:
-        print(bench.format_report(rows, str(device)))
-    if args.json and args.json != "-":
-        bench.write_json(rows, args.json, device, reps=args.reps, warmup=args.warmup)
-    if args.csv:
-        bench.write_csv(rows, args.csv)
-    if args.png:
-        from .chart import bar_chart
-
-        bar_chart(rows, args.png, title=f"conv-core bench: {args.suite or args.shape or args.key} on {device}")
-    return 0
-
-
-def cmd_tune(args: argparse.Namespace) -> int:
-    """Gate and time every candidate; store the times in the tuning database (and an export table)."""
-    from .tune import run_tune
-
-    device = parse_device(args.device)
-    require_backend(args.backend)
-    problems = select_problems(args, device)
-    results = []
-    entries = run_tune(problems, device, reps=args.reps, warmup=args.warmup, db_path=args.db, export=args.export,
-                       backend=args.backend, progress=_progress(args),
-                       on_result=lambda layer, entry, detail: results.append((layer, entry, detail)))
-    transposed = transposed_layers(args)
-    table = [(layer, _direction_label(ConvProblem.from_key(e.problem), layer in transposed), e.kernel, e.status,
-              f"{e.us:.1f}" if e.status == "ok" else None, detail or None) for layer, e, detail in results]
-    print(format_table(("layer", "dir", "kernel", "status", "us", "detail"), table, align="llllrl"))
-    from .engine import get_engine
-
-    broken = sum(1 for e in entries if e.status != "ok")
-    where = args.db or get_engine().settings.tuning_db
-    print(f"\n{len(entries)} entries ({broken} broken) for {len(problems)} problems written to {where}"
-          + (f" and {args.export}" if args.export else ""))
-    return 0
-
-
 def cmd_warmup(args: argparse.Namespace) -> int:
-    """Compile the kernels a model or a suite will run (each problem's first-ranked candidate, run once)."""
+    """Compile the kernels a model or some shapes will run (each problem's first-ranked candidate, run once)."""
     from . import warmup
     from .arch import device_arch
 
     device = parse_device(args.device)
-    options = dict(batch=args.batch, dtype=args.dtype, layout=args.layout, arch=device_arch(device))
     try:
         if args.model:
-            options["batch"] = args.batch or 32
-            problems = warmup.model_problems(args.model, image_size=args.image_size, fuse=args.fuse, **options)
+            problems = warmup.model_problems(args.model, batch=args.batch or 32, dtype=args.dtype, layout=args.layout,
+                                             image_size=args.image_size, arch=device_arch(device), fuse=args.fuse)
         else:
-            problems = warmup.suite_problems(args.suite, **options)
+            problems = shape_problems(args, device)
     except ImportError as exc:
         raise UsageError(f"--model needs torchvision ({exc})") from None
     except (LookupError, ValueError) as exc:
-        raise UsageError(_message(exc)) from None
-    transposed = transposed_layers(args) if not args.model else frozenset()
-    done = warmup.warmup(problems, device, directions=DIRECTIONS if args.train else ("fwd",), transposed=transposed,
-                         benchmark=args.benchmark)
-    print(format_table(("layer", "dir", "kernel", "s"), [(w.name, _direction_label(w.problem, w.name in transposed),
-                                                         w.kernel_id, f"{w.seconds:.2f}") for w in done],
-                       align="lllr"))
+        raise UsageError(usage_message(exc)) from None
+    done = warmup.warmup(problems, device, directions=DIRECTIONS if args.train else ("fwd",), benchmark=args.benchmark)
+    print(format_table(("layer", "dir", "kernel", "s"), [(w.name, w.problem.direction, w.kernel_id,
+                                                         f"{w.seconds:.2f}") for w in done], align="lllr"))
     print(f"\n{len(done)} problems warmed up in {sum(w.seconds for w in done):.1f} s")
     if args.benchmark:
         from .engine import get_engine
@@ -327,45 +254,36 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(args: argparse.Namespace) -> bool | str:
-    return "always" if args.progress else True
-
-
 # ---- the parser -------------------------------------------------------------------------------------
 
 
-def _add_problem_options(p: argparse.ArgumentParser, *, suite: bool) -> argparse._MutuallyExclusiveGroup:
-    """The options that pick problems, shared by explain, bench and tune; returns the group of choices."""
+def add_problem_options(p: argparse.ArgumentParser, *,
+                        all_directions: bool = False) -> argparse._MutuallyExclusiveGroup:
+    """The options that pick problems (``explain``'s, and the tooling's ``bench`` and ``tune``, which add
+    ``--suite`` to the returned group of choices); ``all_directions``: ``--direction all`` runs the three."""
     which = p.add_mutually_exclusive_group(required=True)
-    if suite:
-        which.add_argument("--suite", help="a named shape suite (see conv_core.suites)")
     which.add_argument("--shape", help='one layer, e.g. "n32 c64 k64 i56x56 f3x3 s1 p1" (or a problem key)')
     which.add_argument("--key", help="a full problem key (ConvProblem.key); --batch, --dtype and --layout are ignored")
     p.add_argument("--batch", type=int, help="batch size (default: the suite's; a shape's own n wins)")
-    p.add_argument("--dtype", type=parse_dtype, default="bfloat16", help="bf16 (default), fp16 or fp32")
-    p.add_argument("--layout", type=parse_layout, default="channels_last",
-                   help="nhwc/channels_last (default) or nchw/channels_first")
-    directions = (*DIRECTIONS, "all") if suite else DIRECTIONS
-    p.add_argument("--direction", choices=directions, help="default fwd" + (" (all: the three)" if suite else ""))
+    _add_dtype_and_layout(p)
+    directions = (*DIRECTIONS, "all") if all_directions else DIRECTIONS
+    p.add_argument("--direction", choices=directions, help="default fwd" + (" (all: the three)" if all_directions
+                                                                             else ""))
     p.add_argument("--bias", action="store_true", help="forward problems add a bias")
     p.add_argument("--activation", help="fused activation of forward problems (relu, gelu, silu, ...)")
     p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
-    if suite:
-        p.add_argument("--layers", type=int, help="only the first N layers")
-    else:
-        p.set_defaults(suite=None, layers=None)
     return which
 
 
-def _add_timing_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reps", type=int, default=20, help="timed repetitions per kernel (median taken; default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed runs before timing (default 3)")
-    p.add_argument("--progress", action="store_true", help="draw the progress bar even when stderr is not a terminal")
+def _add_dtype_and_layout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", type=parse_dtype, default="bfloat16", help="bf16 (default), fp16 or fp32")
+    p.add_argument("--layout", type=parse_layout, default="channels_last",
+                   help="nhwc/channels_last (default) or nchw/channels_first")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conv-core", description="Pluggable convolutions for PyTorch: "
-                                     "inspect backends, explain choices, benchmark and tune.")
+                                     "inspect backends, explain choices, warm up, check backends.")
     parser.add_argument("--version", action="version", version=f"conv-core {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -374,46 +292,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_backends)
 
     p = sub.add_parser("explain", help="show how one problem's candidates are ranked")
-    _add_problem_options(p, suite=False)
+    add_problem_options(p)
     p.add_argument("--backend", help="restrict the choice to this backend")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("bench", help="time every candidate on a suite or a shape; or a real model, the host path, "
-                       "the ranking on held-out layers (--model, --host, --holdout, --report)")
-    which = _add_problem_options(p, suite=True)
-    _add_timing_options(p)
-    from . import bench_cli
-
-    bench_cli.add_options(p, which)
-    p.add_argument("--csv", metavar="PATH", help="write one line per (problem, kernel)")
-    p.add_argument("--json", metavar="PATH", help="write the whole run as JSON ('-': print it instead of the table)")
-    p.add_argument("--png", metavar="PATH", help="write a bar chart of the speedups (needs matplotlib)")
-    p.set_defaults(func=cmd_bench)
-
-    p = sub.add_parser("tune", help="measure candidates into the tuning database")
-    _add_problem_options(p, suite=True)
-    _add_timing_options(p)
-    p.add_argument("--db", metavar="PATH", help="tuning database (default: CONV_CORE_TUNING_DB or the cache dir)")
-    p.add_argument("--export", metavar="PATH", help="also merge the entries into this table (for a backend to ship)")
-    p.add_argument("--backend", help="tune only this backend's candidates, and aten's (to rank like with like)")
-    p.set_defaults(func=cmd_tune)
-
-    p = sub.add_parser("warmup", help="compile the kernels a model or a suite will run, before its first call",
-                       description="Run each problem of a model or a suite once, so that its kernels are compiled "
-                       "(and in Triton's disk cache) before the first real call. With --benchmark, each problem's "
-                       "candidates are also timed as benchmark mode (CONV_CORE_BENCHMARK=1) times them, and the "
-                       "times are kept in the first-use store (CONV_CORE_FIRST_USE_DIR, default "
+    p = sub.add_parser("warmup", help="compile the kernels a model or some shapes will run, before the first call",
+                       description="Run each problem of a model (or of the shapes given) once, so that its kernels "
+                       "are compiled (and in Triton's disk cache) before the first real call. With --benchmark, each "
+                       "problem's candidates are also timed as benchmark mode (CONV_CORE_BENCHMARK=1) times them, and "
+                       "the times are kept in the first-use store (CONV_CORE_FIRST_USE_DIR, default "
                        "~/.cache/conv-core/first-use): a later process in benchmark mode on the same GPU, driver "
                        "and versions reads them instead of timing again.")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", help="a torchvision model name, e.g. resnet50 (random weights; needs torchvision)")
-    which.add_argument("--suite", help="a named shape suite (see conv_core.suites)")
-    p.add_argument("--batch", type=int, help="batch size (default: 32 for a model, the suite's own for a suite)")
+    which.add_argument("--shape", action="append", help='a layer, e.g. "n32 c64 k64 i56x56 f3x3 s1 p1" (repeatable)')
+    p.add_argument("--batch", type=int, help="batch size (default: 32 for a model; a shape's own n wins)")
     p.add_argument("--image-size", type=int, default=224, help="(--model) height and width of the images (224)")
-    p.add_argument("--dtype", type=parse_dtype, default="bfloat16", help="bf16 (default), fp16 or fp32")
-    p.add_argument("--layout", type=parse_layout, default="channels_last",
-                   help="nhwc/channels_last (default) or nchw/channels_first")
+    _add_dtype_and_layout(p)
     p.add_argument("--train", action="store_true", help="the backward problems too (data and weight gradients)")
     p.add_argument("--fuse", action="store_true", help="(--model) convert as convert(model, fuse=True) does")
     p.add_argument("--benchmark", action="store_true",
@@ -421,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the times in the first-use store (CONV_CORE_FIRST_USE_DIR), which later processes in "
                    "benchmark mode read instead of timing again")
     p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available)")
-    p.set_defaults(func=cmd_warmup)
+    p.set_defaults(func=cmd_warmup, key=None, bias=False, activation=None)
 
     p = sub.add_parser("check", help="run the conformance kit on the installed backends")
     p.add_argument("--backend", help="check only this backend")
@@ -437,18 +333,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
 
-    from . import tables_cli
-
-    tables_cli.add_parser(sub)
+    parser.set_defaults(installed_commands=frozenset(_add_installed_commands(sub)))
     return parser
+
+
+def _add_installed_commands(sub) -> list[str]:
+    """Let every installed package add its subcommands (entry points of :data:`COMMANDS`); returns their names.
+    A package whose entry point fails to load is named on stderr, and the others still load."""
+    added = []
+    for entry in metadata.entry_points(group=COMMANDS):
+        try:
+            entry.load()(sub)
+        except Exception as exc:  # a broken package never breaks the command line
+            print(f"conv-core: the subcommand {entry.name!r} of {entry.value} failed to load: {exc}", file=sys.stderr)
+            continue
+        added.append(entry.name)
+    return added
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``conv-core``; returns the exit status (2 for usage errors)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if argv and argv[0] in TOOLING_COMMANDS and argv[0] not in parser.get_default("installed_commands"):
+        print(f"conv-core {argv[0]}: this subcommand comes with the {TOOLING_COMMANDS[argv[0]]} package, which is "
+              f"not installed: pip install {TOOLING_COMMANDS[argv[0]]} (from a checkout of conv: pip install -e "
+              f"packages/{TOOLING_COMMANDS[argv[0]]})", file=sys.stderr)
+        return 2
     try:
         args = parser.parse_args(argv)
-        args.argv = list(sys.argv[1:] if argv is None else argv)  # what a benchmark record names as its command
+        args.argv = argv  # what a benchmark record names as its command
     except SystemExit as exc:  # --help, --version, or argparse's own usage error
         return exc.code if isinstance(exc.code, int) else 0
     try:

@@ -1,6 +1,6 @@
 """Where conv-core runs: the devices, the software versions and the settings that decide what it does.
 
-``conv-core info`` prints it, and every benchmark record carries it (:mod:`conv_core.bench_record`), so
+``conv-core info`` prints it, and every benchmark record carries it (:mod:`conv_tools.bench_record`), so
 a figure always says which GPU, driver, torch, triton and cuDNN it was measured with.
 """
 

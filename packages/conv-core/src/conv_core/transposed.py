@@ -32,6 +32,17 @@ from .problem import ConvProblem, dtype_name, per_dim
 TRANSPOSED_DIRECTIONS = {"fwd": "bwd_data", "bwd_data": "fwd", "bwd_weight": "bwd_weight"}
 
 
+def layer_direction(problem_direction: str, transposed: bool = False) -> str:
+    """The direction of a layer that a problem in ``problem_direction`` computes (the map is its own inverse)."""
+    return TRANSPOSED_DIRECTIONS[problem_direction] if transposed else problem_direction
+
+
+def direction_label(direction: str, transposed: bool = False) -> str:
+    """How tables show a layer's ``direction`` (see :func:`layer_direction`): marked on a transposed layer,
+    as in ``"fwd (transposed)"``, so it is never read as its convolution's."""
+    return f"{direction} (transposed)" if transposed else direction
+
+
 @dataclass(frozen=True)
 class TransposedArgs:
     """A transposed call's non-tensor arguments, normalised: ``C``'s geometry, and what ``T`` adds to it.

@@ -2,7 +2,7 @@
 
 A backend's kernels are compiled (or read back from the compiler's disk cache) the first time they run, so a
 model's first forward pays for every kernel it uses: seconds on an empty Triton cache. Warming up runs each
-problem the model (or a suite) will run once, through the candidate the engine ranks first, on random data,
+problem the model (or a list of problems) will run once, through the candidate the engine ranks first, on random data,
 so that the compiled kernels are in the disk cache for every later process and in memory for this one. With
 ``directions`` the backward problems too (training runs all three).
 
@@ -54,22 +54,14 @@ def model_problems(name: str, *, batch: int, dtype: str, layout: str, image_size
     return [(layer.name, layer.problem.replace(arch=arch)) for layer in layers]
 
 
-def suite_problems(name: str, *, batch: int | None, dtype: str, layout: str,
-                   arch: str) -> list[tuple[str, ConvProblem]]:
-    """``(layer, problem)`` of each layer of shape suite ``name`` (:mod:`conv_core.suites`), forward."""
-    from . import suites
-
-    return suites.suite_problems(name, batch=batch, dtype=dtype, layout=layout, direction="fwd", arch=arch)
-
-
 def in_directions(problems: Iterable[tuple[str, ConvProblem]], directions: Sequence[str],
                   transposed: Collection[str] = ()) -> list[tuple[str, ConvProblem]]:
     """Each problem in each of ``directions``, duplicates dropped (layers that share a shape share kernels).
 
     Directions are the layers': those named in ``transposed`` are transposed convolutions, whose forward is
-    their convolution's ``bwd_data`` (:func:`conv_core.suites.layer_direction`).
+    their convolution's ``bwd_data`` (:func:`conv_core.transposed.layer_direction`).
     """
-    from .suites import layer_direction
+    from .transposed import layer_direction
 
     seen, chosen = set(), []
     for name, problem in problems:

@@ -22,7 +22,7 @@ import json
 import sys
 from statistics import fmean
 
-from conv_core.suites import available_suites, suite_problems
+from conv_tools.suites import available_suites, suite_problems
 from conv_rdna import configs as rdna_configs
 from conv_core.kit.tables import Bucket
 from conv_rdna.configs import TileConfig, config_dict, gemm_view

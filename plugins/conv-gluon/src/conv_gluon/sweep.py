@@ -1,4 +1,4 @@
-"""conv-gluon's offline configuration sweep (the engine is :mod:`conv_core.sweep`)::
+"""conv-gluon's offline configuration sweep (the engine is :mod:`conv_tools.sweep`)::
 
     python -m conv_gluon.sweep run --out sweep.json [--families fwd_box] [--suites sd_vae_decoder:1]
     python -m conv_gluon.sweep merge sweep.json          # -> data/swept/<arch>.json
@@ -16,7 +16,7 @@ import functools
 import sys
 
 import torch
-from conv_core import sweep
+from conv_tools import sweep
 from conv_core.problem import ConvProblem
 
 from . import candidates, configs
@@ -31,7 +31,7 @@ def space_configs(arch: str, family: str) -> list[configs.TileConfig]:
 
 
 class GluonSpace:
-    """The sweep space of conv-gluon (see :class:`conv_core.sweep.Space`): every family of the registry."""
+    """The sweep space of conv-gluon (see :class:`conv_tools.sweep.Space`): every family of the registry."""
 
     package = "conv_gluon"
     layouts = ("nhwc",)

@@ -1,5 +1,5 @@
 """conv-rdna's offline configuration sweep: measure, then ship the winners as data (the engine, the gate and
-the command line are :mod:`conv_core.sweep`'s; this module is the space).
+the command line are :mod:`conv_tools.sweep`'s; this module is the space).
 
 Nothing is tuned at run time (:func:`conv_rdna.configs.select` is a pure function of the problem).
 Instead this command, run explicitly on a GPU, times a small space of configurations
@@ -42,9 +42,9 @@ import sys
 from importlib import resources
 
 import torch
-from conv_core import sweep as core_sweep
+from conv_tools import sweep as core_sweep
 from conv_core.problem import ConvProblem
-from conv_core.sweep import Trial
+from conv_tools.sweep import Trial
 
 from . import candidates, configs
 from .registry import FAMILIES, REGISTRY, SPECIFIC_FAMILIES
@@ -89,7 +89,7 @@ def space_configs(arch: str, family: str) -> list[configs.TileConfig | configs.S
 
 
 class RdnaSpace:
-    """conv-rdna's sweep space (see :class:`conv_core.sweep.Space`); ``space`` (family -> raw configurations)
+    """conv-rdna's sweep space (see :class:`conv_tools.sweep.Space`); ``space`` (family -> raw configurations)
     replaces the architecture's ``data/sweep_space.json`` entries, for tests."""
 
     package = "conv_rdna"

@@ -3,7 +3,7 @@
 Every Triton backend keeps its tiles in JSON, per architecture and kernel family, and picks one from the
 problem alone (no run-time autotuning, so the same problem gets the same kernel every time):
 
-1. the exact layer, if the offline sweep (:mod:`conv_core.sweep`) timed it: ``layers[family][layer key]``;
+1. the exact layer, if the offline sweep (:mod:`conv_tools.sweep`) timed it: ``layers[family][layer key]``;
 2. else the same layer swept at another batch or image size (:func:`.same_layer.nearest`: already compiled);
 3. else the first *bucket* of the family whose conditions the problem's GEMM view meets (the last bucket has
    no condition).
