@@ -15,7 +15,7 @@ from conv_core.testing.plugin_checks import compile_check_tests
 from conv_rdna import registry
 
 JOBS = aot.jobs()
-DOC = Path(__file__).parents[3] / "docs" / "cdna-compile.md"
+DOC = Path(__file__).parents[1] / "docs" / "cdna-compile.md"
 TABLE = re.compile(r"<!-- compile table: begin -->\n(.*)<!-- compile table: end -->", re.DOTALL)
 
 #: The module's fixture (one compile run, under a second a job and core) and a test per job.
