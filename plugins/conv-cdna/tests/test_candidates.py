@@ -9,7 +9,7 @@ from conv_core.problem import ConvProblem
 from conv_core.testing.plugin_checks import the_decline
 from conv_cdna import candidates, configs
 from conv_cdna.chips import chip
-from conv_rdna.registry import REGISTRY
+from conv_rdna.api import REGISTRY
 
 CUDA = torch.device("cuda")
 

@@ -12,7 +12,7 @@ import pytest
 import triton
 from conv_cdna import aot, configs
 from conv_core.testing.plugin_checks import compile_check_tests
-from conv_rdna import registry
+from conv_rdna.api import REGISTRY
 
 JOBS = aot.jobs()
 DOC = Path(__file__).parents[1] / "docs" / "cdna-compile.md"
@@ -25,7 +25,7 @@ compiled, test_compiles_cleanly = compile_check_tests("conv_cdna.aot", JOBS, aot
 def test_every_shipped_configuration_is_compiled():
     for target in configs.TARGETS:
         tab = configs.table(target)
-        for kernel, family in ((e.name, e.family) for e in registry.REGISTRY):
+        for kernel, family in ((e.name, e.family) for e in REGISTRY):
             shipped = {c.name for c in tab.configs(family)}
             built = {job.config for job in JOBS if job.target == target and job.kernel == kernel}
             assert shipped == built, (target, kernel)

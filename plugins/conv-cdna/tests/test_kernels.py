@@ -17,7 +17,7 @@ from conv_cdna import candidates, configs
 from conv_core.arch import device_arch
 from conv_core.problem import ConvProblem
 from conv_core.testing import check_candidate
-from conv_rdna.registry import REGISTRY
+from conv_rdna.api import REGISTRY
 
 DEVICE = torch.device(os.environ.get("CONV_CDNA_TEST_DEVICE", "cpu"))
 DTYPES = ("float16",) if DEVICE.type == "cpu" else ("float16", "bfloat16")

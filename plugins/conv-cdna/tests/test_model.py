@@ -4,9 +4,7 @@ import math
 
 import pytest
 from conv_core.problem import ConvProblem
-from conv_rdna import configs
-from conv_rdna.configs import TileConfig
-from conv_rdna.registry import REGISTRY, make_plan
+from conv_rdna.api import REGISTRY, TileConfig, make_plan, rdna_table, select
 
 from conv_cdna import model, validate
 from conv_cdna.chips import chip, chip_names
@@ -19,9 +17,9 @@ def conv(batch=8, layout="channels_last", arch="sm_90", direction="fwd", **kw) -
 
 
 def plan(problem: ConvProblem, kernel="implicit_gemm"):
-    tab = configs.table("sm_90")
+    tab = rdna_table("sm_90")
     with validate.compiled_plans():
-        return make_plan(problem, kernel, configs.select(tab, REGISTRY.family_of(kernel), problem), tab)
+        return make_plan(problem, kernel, select(tab, REGISTRY.family_of(kernel), problem), tab)
 
 
 def test_every_kernel_has_fractions():

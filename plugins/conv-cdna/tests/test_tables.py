@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from conv_cdna import aot, configs, derive
 from conv_cdna.chips import chip
-from conv_rdna.configs import TileConfig
-from conv_rdna.registry import REGISTRY
+from conv_rdna.api import REGISTRY, TileConfig
 
 
 def test_the_shipped_tables_are_what_the_model_derives():

@@ -24,10 +24,8 @@ from dataclasses import asdict
 
 from conv_core.aot import compile_all, compile_failure, distinct, report
 from conv_core.kit.declines import interpreting
-from conv_rdna import aot as rdna_aot
-from conv_rdna import specialization
-from conv_rdna.aot import Job, representative_problem
-from conv_rdna.registry import REGISTRY
+from conv_rdna import api as rdna_api
+from conv_rdna.api import REGISTRY, Job, representative_problem
 
 from . import configs
 from .candidates import plan
@@ -53,7 +51,7 @@ def jobs(targets=configs.TARGETS) -> list[Job]:
 
 
 def distinct_jobs(targets=configs.TARGETS) -> tuple[list[Job], dict[str, int]]:
-    found = rdna_aot.specialized_jobs(targets, table=configs.table, plan=plan, dtypes=configs.DTYPES)
+    found = rdna_api.specialized_jobs(targets, table=configs.table, plan=plan, dtypes=configs.DTYPES)
     kept, counts = distinct(found, key=lambda pair: pair[0])
     return [job for _, job in kept], counts
 
@@ -64,7 +62,7 @@ def launch_of(job: Job):
     family = REGISTRY.family_of(job.kernel)
     config = next(c for c in tab.configs(family) if c.name == job.config)
     problem = representative_problem(job.kernel, job.dtype, job.layout, job.target, job.shape)
-    return plan(problem, job.kernel, config, tab).launches[job.launch], specialization.role_dtypes(problem)
+    return plan(problem, job.kernel, config, tab).launches[job.launch], rdna_api.role_dtypes(problem)
 
 
 def compile_job(job: Job) -> dict:
@@ -77,7 +75,7 @@ def compile_job(job: Job) -> dict:
     result = dict(job=asdict(job), id=job.id, expects_matrix=job.expects_matrix_instructions)
     try:
         launch, dtypes = launch_of(job)
-        signature, constexprs, attrs = specialization.of_launch(launch, dtypes)
+        signature, constexprs, attrs = rdna_api.of_launch(launch, dtypes)
         triton.knobs.compilation.always_compile = True
         compiled = triton.compile(ASTSource(launch.kernel, signature, constexprs, attrs),
                                   target=GPUTarget("hip", job.target, chip(job.target).warp_size),
@@ -175,7 +173,7 @@ def markdown(results: list[dict]) -> str:
     specializations (dtypes, layouts, geometries) of the launch that takes the configuration."""
     rows: dict[tuple, list[dict]] = {}
     for r in results:
-        if r.get("ok") and r["job"]["launch"] == rdna_aot.MATRIX_LAUNCH.get(r["job"]["kernel"], 0):
+        if r.get("ok") and r["job"]["launch"] == rdna_api.MATRIX_LAUNCH.get(r["job"]["kernel"], 0):
             rows.setdefault((r["job"]["target"], r["job"]["kernel"], r["job"]["config"]), []).append(r)
     lines = ["| target | kernel | configuration | compiles | VGPR + AGPR (max) | LDS KiB (max) | occupancy (min) "
              "| MFMA | pipelined | issues |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

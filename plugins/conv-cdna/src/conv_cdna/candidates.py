@@ -16,12 +16,8 @@ from conv_core.arch import spec
 from conv_core.candidate import Candidate, Declined
 from conv_core.kit.declines import device_issue, dtype_issue, grid_issue, int32_issue, ndim_issue
 from conv_core.problem import ConvProblem
-from conv_rdna import launch
-from conv_rdna.candidates import INTERPRETED_FIXED_US, INTERPRETED_SLOWDOWN
-from conv_rdna.candidates import tags as rdna_tags
-from conv_rdna.configs import select
-from conv_rdna.plans.common import Plan
-from conv_rdna.registry import REGISTRY, make_plan
+from conv_rdna.api import INTERPRETED_FIXED_US, INTERPRETED_SLOWDOWN, REGISTRY, Plan, PlanRun, make_plan, select
+from conv_rdna.api import tags as rdna_tags
 
 from . import configs, model
 from .chips import Chip, chip
@@ -63,7 +59,7 @@ def candidate(problem: ConvProblem, kernel: str, config, tab, device: torch.devi
     p = plan(problem, kernel, config, tab)
     us = model.estimate_us(problem, p, chip(tab.name))
     interpreted = device.type == "cpu"
-    return Candidate(BACKEND, kernel, p.config_name, run=launch.PlanRun(problem, p, entry.run),
+    return Candidate(BACKEND, kernel, p.config_name, run=PlanRun(problem, p, entry.run),
                      estimate_us=us * INTERPRETED_SLOWDOWN + INTERPRETED_FIXED_US if interpreted else us,
                      tags=rdna_tags(problem, p, tab, device), workspace_bytes=p.workspace_bytes,
                      error_factor=entry.errors(problem))

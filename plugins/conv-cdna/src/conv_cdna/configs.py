@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 
-from conv_rdna.configs import ArchTable, build_table
+from conv_rdna.api import ArchTable, build_table
 
 from .chips import DATA
 

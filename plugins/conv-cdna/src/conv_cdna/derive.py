@@ -23,12 +23,9 @@ import sys
 from statistics import fmean
 
 from conv_tools.suites import available_suites, suite_problems
-from conv_rdna import configs as rdna_configs
 from conv_core.kit.tables import Bucket
-from conv_rdna.configs import TileConfig, config_dict, gemm_view
-from conv_rdna.plans import few_channels
-from conv_rdna.plans.grouped import MAX_CHANNELS
-from conv_rdna.registry import REGISTRY
+from conv_rdna.api import (DEPTHWISE_FAMILIES, FEW_COUT_MIN_BLOCK_N, GROUPED_MAX_CHANNELS, REGISTRY, TileConfig,
+                           build_table, config_dict, few_cout_plan, gemm_view, rdna_table)
 
 from . import model
 from .aot import rejected
@@ -116,22 +113,22 @@ def family_times(arch: str, family: str, problems: list, tab, menu: list[TileCon
 
 
 #: Families run by the few-output-channel kernel, whose tile's columns hold every tap of a filter it takes.
-FEW_COUT_FAMILIES = frozenset(e.family for e in REGISTRY if e.plan is few_channels.few_cout)
+FEW_COUT_FAMILIES = frozenset(e.family for e in REGISTRY if e.plan is few_cout_plan)
 
 
 def holds_every_filter(family: str, config: TileConfig) -> bool:
     """Whether ``config`` runs every filter ``family`` takes: the few-output-channel kernel puts a filter's taps
-    (up to :data:`~conv_rdna.plans.few_channels.FEW_COUT_MIN_BLOCK_N`) in one tile's columns, whatever the bucket
+    (up to :data:`~conv_rdna.api.FEW_COUT_MIN_BLOCK_N`) in one tile's columns, whatever the bucket
     (the buckets split by the GEMM's sizes, not by taps), and the suites need not have the largest filter."""
-    return family not in FEW_COUT_FAMILIES or config.block_n >= few_channels.FEW_COUT_MIN_BLOCK_N
+    return family not in FEW_COUT_FAMILIES or config.block_n >= FEW_COUT_MIN_BLOCK_N
 
 
 def holds_every_group(family: str, config: TileConfig) -> bool:
     """Whether ``config`` runs every problem of ``family``: the grouped kernels' last bucket must hold a group of the
-    most channels they take (:data:`conv_rdna.plans.grouped.MAX_CHANNELS`, in and out), which the suites need not
+    most channels they take (:data:`conv_rdna.api.GROUPED_MAX_CHANNELS`, in and out), which the suites need not
     have."""
     widths = {"grouped": (config.block_n, config.block_k), "grouped_bwd_weight": (config.block_m, config.block_n)}
-    return min(widths.get(family, (MAX_CHANNELS,))) >= MAX_CHANNELS
+    return min(widths.get(family, (GROUPED_MAX_CHANNELS,))) >= GROUPED_MAX_CHANNELS
 
 
 def choose(arch: str, family: str, problems: list, tab) -> list[dict]:
@@ -169,10 +166,10 @@ def _same_threads(block: dict) -> dict:
 def rules(arch: str) -> dict:
     """What a table holds besides its tiled families, from the chip's compute units and conv-rdna's H100 blocks."""
     cus = chip(arch).compute_units
-    source = rdna_configs.table(RDNA_SOURCE)
+    source = rdna_table(RDNA_SOURCE)
     stencils = {family: [{**({"when": dict(b.when)} if b.when else {}), "config": _same_threads(config_dict(b.config))}
                          for b in source.families[family] if "float32" not in b.when.get("dtypes", ())]
-                for family in rdna_configs.DEPTHWISE_FAMILIES}
+                for family in DEPTHWISE_FAMILIES}
     return {
         "stencils": stencils,
         "split": {"target_programs": 2 * cus, "max_split": 64, "min_blocks_per_split": 16},
@@ -190,7 +187,7 @@ def derive_arch(arch: str) -> dict:
     fixed = rules(arch)
     provisional = {"measured": False, "families": {**fixed.pop("stencils")}, "layers": {}, "efficiency": {}, **fixed}
     # Plans read the split rules and reduction blocks from the table: derive with those in place.
-    tab = rdna_configs.build_table({arch: {**provisional, "families": {
+    tab = build_table({arch: {**provisional, "families": {
         **provisional["families"], **{f: [{"config": config_dict(config_of(MENU[0]))}] for f in BUCKETS}}}},
         arch, {}, "derivation")
     problems = layers(arch)

@@ -27,19 +27,14 @@ from __future__ import annotations
 import math
 
 from conv_core.problem import ConvProblem, element_size
-from conv_rdna import estimates as rdna_estimates
-from conv_rdna.configs import DEPTHWISE_FAMILIES, TileConfig
-from conv_rdna.plans import winograd, winograd_bwd_weight
-from conv_rdna.plans.common import COMPILER_DIVISIBILITY, Plan
-from conv_rdna.plans.few_channels import few_cout_work
-from conv_rdna.registry import GROUPED, REGISTRY, names
+from conv_rdna.api import (COMPILER_DIVISIBILITY, DEPTHWISE_FAMILIES, GROUPED, REGISTRY, WINOGRAD_PLANS, Plan,
+                           TileConfig, depthwise_utilization, few_cout_work, grouped_utilization, names,
+                           tile_utilization)
 
 from .chips import DATA, HIDING_WAVES, Chip
 
 #: Kernels whose forward work is counted by ``few_channels_out``'s own model (halo pixels, re-read input).
 FEW_COUT_KERNELS = ("few_channels_out", "few_channels_in_bwd_data")
-#: Winograd's kernels: their matrix work is a quarter of the direct one.
-WINOGRAD = {winograd.KERNEL: winograd, winograd_bwd_weight.KERNEL: winograd_bwd_weight}
 #: Kernels tiled for channels-last data whose reduction runs over pixels (the weight gradients: ``K`` = batch x
 #: pixels): on channels-first tensors their loads run along pixel rows.
 PIXEL_REDUCTIONS = ("bwd_weight_split", "bwd_weight_atomic", "few_channels_in_bwd_weight",
@@ -59,17 +54,17 @@ def work(problem: ConvProblem, p: Plan) -> tuple[float, float, int]:
     family = REGISTRY.family_of(p.kernel)
     flops, reads = problem.flops, 1.0
     if family in DEPTHWISE_FAMILIES:
-        utilization = rdna_estimates.depthwise_utilization(problem, p)
+        utilization = depthwise_utilization(problem, p)
     elif p.kernel in FEW_COUT_KERNELS:
         utilization, reads = few_cout_work(problem, p.config)
     elif p.kernel in names(GROUPED):  # the block diagonal's zeros are unused work (conv_rdna.estimates)
-        utilization = rdna_estimates.grouped_utilization(problem, p)
-    elif p.kernel in WINOGRAD:
-        module = WINOGRAD[p.kernel]
+        utilization = grouped_utilization(problem, p)
+    elif p.kernel in WINOGRAD_PLANS:
+        module = WINOGRAD_PLANS[p.kernel]
         flops = module.winograd_flops(problem)
         utilization = module.gemm_utilization(problem, p.config)
     else:
-        utilization = rdna_estimates.tile_utilization(problem, p, family)
+        utilization = tile_utilization(problem, p, family)
     moved = problem.min_bytes * reads + 2 * p.workspace_fills * p.workspace_bytes
     if p.zero == "out":
         moved += math.prod(problem.result_shape) * element_size(problem.result_dtype)

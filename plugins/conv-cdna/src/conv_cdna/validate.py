@@ -34,9 +34,8 @@ from pathlib import Path
 
 import torch
 from conv_core.problem import ConvProblem
-from conv_rdna import configs, sweep
-from conv_rdna.plans.common import Plan
-from conv_rdna.registry import REGISTRY, make_plan
+from conv_rdna import api as rdna_api
+from conv_rdna.api import REGISTRY, Plan, make_plan
 
 from . import model
 from .chips import DATA, Chip, chip
@@ -107,13 +106,13 @@ def compiled_plans() -> Iterator[None]:
             os.environ["TRITON_INTERPRET"] = saved
 
 
-def find_config(tab: configs.ArchTable, family: str, name: str):
+def find_config(tab: rdna_api.ArchTable, family: str, name: str):
     """The configuration called ``name``: shipped, else from the sweep space; None where it is gone."""
-    space = (*tab.configs(family), *sweep.space_configs(tab.name, family))
+    space = (*tab.configs(family), *rdna_api.space_configs(tab.name, family))
     return next((c for c in space if c.name == name), None)
 
 
-def rebuild(problem: ConvProblem, kernel_id: str, tab: configs.ArchTable) -> Plan | str:
+def rebuild(problem: ConvProblem, kernel_id: str, tab: rdna_api.ArchTable) -> Plan | str:
     """The plan of a measured ``rdna:<kernel>:<config name>``, or why it cannot be rebuilt."""
     _, kernel, name = kernel_id.split(":")
     if kernel not in REGISTRY.names:
@@ -126,7 +125,7 @@ def rebuild(problem: ConvProblem, kernel_id: str, tab: configs.ArchTable) -> Pla
     return plan if plan.config_name == name else "split differs"
 
 
-def make_row(suite: str, problem: ConvProblem, plan: Plan, us: float, tab: configs.ArchTable, target: Chip) -> Row:
+def make_row(suite: str, problem: ConvProblem, plan: Plan, us: float, tab: rdna_api.ArchTable, target: Chip) -> Row:
     """A measured plan with the model's terms on ``target`` and conv-rdna's estimate from ``tab``."""
     return Row(suite, problem, plan, us, model.compute_us(problem, plan, target),
                model.memory_us(problem, plan, target), model.launches_of(plan), model.strided_reads(problem, plan),
@@ -135,7 +134,7 @@ def make_row(suite: str, problem: ConvProblem, plan: Plan, us: float, tab: confi
 
 def build_rows(runs: list[dict], arch: str = ARCH) -> tuple[list[Row], collections.Counter]:
     """Every conv-rdna candidate measured without error, and the count of those left out by reason."""
-    tab, target, skipped, rows = configs.table(arch), chip(arch), collections.Counter(), []
+    tab, target, skipped, rows = rdna_api.rdna_table(arch), chip(arch), collections.Counter(), []
     with compiled_plans():
         for key, (_, file) in sorted(latest_files(runs).items()):
             for measured in file["rows"]:
