@@ -5,7 +5,9 @@ its candidates on a GPU device of the key's kind (no GPU needed: the hooks read 
 carries the architecture) and each candidate is recorded as its id, estimate (6 significant digits), tags,
 workspace, error factor and a digest of its plan (every launch's kernel, grid, arguments and options, read
 from the plan's fields). A decline is recorded with its reason. A plugin's test compares what its hook answers
-now with its committed snapshot (:func:`differences`); ``python -m conv_core.testing.snapshot`` writes one.
+now with its committed snapshots (:func:`snapshot_test`); ``python -m conv_core.testing.snapshot`` writes one.
+A change meant to alter the candidates writes the snapshot again (under ``TRITON_INTERPRET=1`` where the
+plugin's tests run so: a plan may read it) and says why in its commit.
 """
 
 from __future__ import annotations
@@ -71,6 +73,18 @@ def differences(path: Path, candidates: Callable) -> list[str]:
     snapshot = json.loads(Path(path).read_text())
     now = answers(candidates, list(snapshot["answers"]))
     return [f"{key}:\n  was {was}\n  now {now[key]}" for key, was in snapshot["answers"].items() if now[key] != was]
+
+
+def snapshot_test(candidates: Callable, folder: Path, archs: Sequence[str]) -> Callable:
+    """A plugin's test, parametrized by architecture: ``candidates`` answers what ``folder/candidates_<arch>.json``
+    recorded, problem by problem."""
+    import pytest
+
+    @pytest.mark.parametrize("arch", archs)
+    def test_the_candidates_are_the_snapshots(arch):
+        assert differences(Path(folder) / f"candidates_{arch}.json", candidates) == []
+
+    return test_the_candidates_are_the_snapshots
 
 
 def write(path: Path, candidates: Callable, keys: Sequence[str], source: str) -> None:
