@@ -174,7 +174,7 @@ def baseline_first(ranked: list[Ranked], demoted=lambda r: False) -> list[Ranked
 def worth_timing(candidates: list[Candidate], aten_us: float | None) -> list[Candidate]:
     """The plugin ``candidates`` that first-use timing times, given aten's time (None where aten has none).
 
-    None where aten takes less than a plugin's host time per call (with the margin): no plugin can earn its
+    Nothing where aten takes less than a plugin's host time per call (with the margin): no plugin can earn its
     place ahead of it (:func:`baseline_first`). Otherwise, by backend, the :data:`FIRST_USE_PER_BACKEND` best
     estimated candidates whose estimate is within :data:`FIRST_USE_SLACK` of aten's time, best estimate first
     (ties by kernel id, so the same problem always times the same candidates).
