@@ -1,13 +1,16 @@
 """Where converted models lose time, and where a plugin call's host time goes (a diagnostic, run on the GPU).
 
     python3 scripts/gpu_attribution.py --out DIR [--models resnet50,densenet121 --modes eager,train]
-                                       [--host-calls 300]
+                                       [--host-calls 300] [--step-profile mobilenet_v3_large --steps 50]
 
 For each model and mode: :func:`conv_tools.model_attribution.attribute_mode` (each convolution's host and GPU
 time plain and converted, its layouts, kernels and route; the other ops by name), printed as
 :func:`~conv_tools.model_attribution.describe` lines and written to ``DIR/attribution.json``. Then one small
 layer (2x64x8x8, 3x3, bf16 channels-last) called through each backend, forward and forward + backward: host
 microseconds per call and the Python functions that take them (cProfile), into ``DIR/host_profile.txt``.
+With ``--step-profile MODELS``: each model's eager step, plain and converted, under cProfile (``--steps`` steps
+each, after warm-up), and the Python functions whose host time per step differs most between the two, into
+``DIR/step_profile.txt``: where a converted model's host time goes beyond its convolutions' calls.
 Plain PyTorch runs with ``torch.backends.cudnn.benchmark = True``, as in the real-model benchmark.
 """
 
@@ -28,7 +31,9 @@ import torch.nn.functional as F
 import conv_core
 from conv_tools import bench_models
 from conv_tools.model_attribution import attribute_mode, describe
-from conv_tools.model_bench import ModelBenchConfig, cudnn_benchmark, model_picks
+from conv_tools.model_bench import (ModelBenchConfig, cast_input, cudnn_benchmark, make_variants, model_picks,
+                                    weights_dtype)
+from conv_tools.model_bench_modes import prepare
 
 
 def attribute_models(models: list[str], modes: list[str], out: Path) -> None:
@@ -54,6 +59,46 @@ def attribute_models(models: list[str], modes: list[str], out: Path) -> None:
         (out / "attribution.json").write_text(json.dumps(records, indent=1))
         del base
         torch.cuda.empty_cache()
+
+
+def step_profile(models: list[str], steps: int, out: Path) -> None:
+    """Per model: host microseconds per eager step, plain and converted, each function's share (cProfile), and the
+    functions whose time per step differs most."""
+    report = io.StringIO()
+    for name in models:
+        spec, config = bench_models.get(name), ModelBenchConfig(model=name, modes=("eager",))
+        base = bench_models.build(name).cuda()
+        x = cast_input(spec.example(spec.default_batch, "cuda"), weights_dtype("eager", config), config.layout)
+        per_step = {}
+        with cudnn_benchmark():
+            for variant, build in make_variants(base, "eager", config).items():
+                if variant == "fused":
+                    continue
+                runner = prepare("eager", build(), x, amp_dtype=torch.bfloat16)
+                for _ in range(5):
+                    runner.step()
+                torch.cuda.synchronize()
+                profiler = cProfile.Profile()
+                profiler.enable()
+                for _ in range(steps):
+                    runner.step()
+                profiler.disable()
+                torch.cuda.synchronize()
+                per_step[variant] = {f"{path.rsplit('/', 1)[-1]}:{line}({function})": tottime / steps * 1e6
+                                     for (path, line, function), (_, _, tottime, _, _)
+                                     in pstats.Stats(profiler).stats.items()}
+                del runner
+        plain, conv = per_step["plain"], per_step["conv"]
+        rows = sorted(set(plain) | set(conv), key=lambda f: -abs(conv.get(f, 0.0) - plain.get(f, 0.0)))[:30]
+        report.write(f"==== {name}, eager, {steps} steps: host us per step (cProfile) plain {sum(plain.values()):.0f}, "
+                     f"converted {sum(conv.values()):.0f}\n")
+        for f in rows:
+            report.write(f"  {conv.get(f, 0.0) - plain.get(f, 0.0):+9.1f}  plain {plain.get(f, 0.0):8.1f}  "
+                         f"conv {conv.get(f, 0.0):8.1f}  {f}\n")
+        print("==== " + report.getvalue().rsplit("==== ", 1)[-1][:3000], flush=True)
+        del base
+        torch.cuda.empty_cache()
+    (out / "step_profile.txt").write_text(report.getvalue())
 
 
 def host_profile(calls: int, out: Path) -> None:
@@ -117,12 +162,16 @@ def main() -> None:
     parser.add_argument("--models", default="resnet50,mobilenet_v3_large,densenet121,vgg16_bn,dcgan_generator")
     parser.add_argument("--modes", default="eager,train")
     parser.add_argument("--host-calls", type=int, default=300)
+    parser.add_argument("--step-profile", default="", help="comma list of models whose eager step is profiled")
+    parser.add_argument("--steps", type=int, default=50, help="--step-profile: profiled steps per variant")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     if args.host_calls:
         host_profile(args.host_calls, out)
+    if args.step_profile:
+        step_profile(args.step_profile.split(","), args.steps, out)
     if args.models:
         attribute_models(args.models.split(","), args.modes.split(","), out)
 
