@@ -31,6 +31,7 @@
 #   host       : host time per call (conv-core bench --host) into OUT_DIR/host.json
 #   attribute  : where converted models lose time, per layer, and a cProfile of one plugin call per backend
 #                (scripts/gpu_attribution.py $ATTRIBUTION_ARGS) into OUT_DIR/attribution.json, host_profile.txt
+#                (and, with --step-profile MODELS in it, each model's eager step profiled: step_profile.txt)
 #   holdout    : the ranking on layers no table saw (conv-core bench --holdout $HOLDOUT_ARGS) into OUT_DIR/holdout.json
 #   ddp        : the DDP training step on every GPU (conv_tools.model_bench_ddp) into OUT_DIR/ddp.json
 #   graphs     : CUDA graph capture of a training step with each backend forced (conv-core's GPU test) and
