@@ -25,7 +25,6 @@ EXTRA_ATTRIBUTES = ("activation", "out_dtype", "backend")
 #: What the lean call path (``_ConvCoreMixin.__call__``) checks and falls back to, bound once.
 _module_call = nn.Module.__call__
 _tracing_state = torch._C._get_tracing_state
-_compiling = torch.compiler.is_compiling
 
 
 def _weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -63,12 +62,13 @@ class _ConvCoreMixin:
 
     def __call__(self, *args, **kwargs):
         """``nn.Module.__call__`` without its two frames where it would only call ``forward``: no hook (the
-        module's or a global one), no ``torch.jit`` trace, no ``module.compile()``, no Dynamo tracing. An eager
-        model calls this once per layer and step, and a host-bound model waits for every microsecond of it."""
+        module's or a global one), no ``torch.jit`` trace, no ``module.compile()``. An eager model calls this once
+        per layer and step, and a host-bound model waits for every microsecond of it. Dynamo traces either path
+        alike (the forward checks for it: :func:`conv_core.functional.convolution`)."""
         if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
                 or _module._global_forward_pre_hooks or _module._global_forward_hooks
                 or _module._global_backward_pre_hooks or _module._global_backward_hooks
-                or self._compiled_call_impl is not None or _tracing_state() or _compiling()):
+                or self._compiled_call_impl is not None or _tracing_state()):
             return _module_call(self, *args, **kwargs)
         return self.forward(*args, **kwargs)
 

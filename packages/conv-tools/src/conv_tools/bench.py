@@ -27,16 +27,17 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from conv_core import activations
 from conv_core.engine import get_engine
 from conv_core.explanation import describe_shape
 from conv_core.problem import ConvProblem
-from .progress import Progress, progress_mode
-from conv_core.text_table import format_table
 from conv_core.reference import random_operands
-from .suites import SuiteLayer, direction_label, layer_direction
+from conv_core.text_table import format_table
 from conv_core.timing import median_us
+from conv_core.transposed import direction_label, layer_direction
+
+from .progress import Progress, progress_mode
+from .suites import SuiteLayer
 
 #: Pseudo kernel id of the direct ``torch.nn.functional.conv*d`` call.
 TORCH = "torch"

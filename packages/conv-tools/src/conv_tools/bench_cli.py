@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from conv_core.text_table import format_table
+
 from . import bench_models
 from .model_bench_modes import MODES
-from conv_core.text_table import format_table
 
 
 def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGroup) -> None:

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-
-from . import bench_models, suites
 from conv_core.arch import device_arch
 from conv_core.problem import DIRECTIONS, ConvProblem, torch_dtype
+
+from . import bench_models, suites
 
 SETS = ("holdout", "in_sample")
 PHASES = ("default", "benchmark")

@@ -23,7 +23,6 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-
 from conv_core.call import problem_of_tensors
 from conv_core.problem import DIRECTIONS, LAYOUTS
 

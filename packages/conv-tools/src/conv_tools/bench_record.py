@@ -23,8 +23,8 @@ def command_line(argv: list[str], prog: str = "conv-core") -> str:
 
 def stamp(record: dict, command: str | None) -> dict:
     """Add the date, the machine and versions (``conv-core info``'s data) and the command to ``record``."""
-    from conv_core.machine import gather_info
     from conv_core.engine import get_engine
+    from conv_core.machine import gather_info
 
     record["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     record["command"] = command

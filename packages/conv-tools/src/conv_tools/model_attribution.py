@@ -29,14 +29,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 import torch
+from conv_core.layout import detect_layout
+from conv_core.problem import torch_dtype
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from . import bench_models
-from conv_core.layout import detect_layout
 from .model_bench import ModelBenchConfig, cast_input, cudnn_benchmark, make_variants, weights_dtype
 from .model_bench_modes import prepare
-from conv_core.problem import torch_dtype
 
 #: The benchmark modes a model is profiled in: those that call the module eagerly.
 ATTRIBUTED_MODES = ("eager", "train", "amp_train")

@@ -33,16 +33,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+from conv_core.layout import to_layout
+from conv_core.problem import DIRECTIONS, torch_dtype
+from conv_core.reference import UNIT_ROUNDOFF
+from conv_core.transposed import TRANSPOSED_DIRECTIONS
 from torch import nn
 
 from . import bench_models
 from .bench_record import finite
-from conv_core.layout import to_layout
 from .model_bench_modes import (AMP_MODES, CUDA_MODES, INFERENCE_MODES, MODES, Runner, prepare, random_layers_off,
                                 tensors_of)
-from conv_core.problem import DIRECTIONS, torch_dtype
-from conv_core.reference import UNIT_ROUNDOFF
-from conv_core.transposed import TRANSPOSED_DIRECTIONS
 
 VARIANTS = ("plain", "conv", "fused")
 #: A variant's output error is tolerated up to this many times plain PyTorch's own error on the same run ...

@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .bench_runs import Run, latest
 from conv_core.estimate import roofline_us
 from conv_core.problem import ConvProblem
-from .suites import direction_label
+from conv_core.transposed import direction_label
+
+from .bench_runs import Run, latest
 
 
 @dataclass(frozen=True)

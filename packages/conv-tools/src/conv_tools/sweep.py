@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-
 from conv_core.arch import device_arch, device_name
 from conv_core.candidate import Candidate
 from conv_core.kit.tables import layer_key, read_swept
 from conv_core.problem import ConvProblem
 from conv_core.reference import Expected, expected, random_operands
-from .suites import suite_problems
 from conv_core.timing import median_us
+
+from .suites import suite_problems
 from .tune import gate
 
 LAYOUTS = {"nhwc": "channels_last", "nchw": "channels_first"}

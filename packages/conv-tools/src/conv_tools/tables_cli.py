@@ -109,7 +109,8 @@ def _prefixes(text: str) -> tuple[str, ...]:
 
 
 def combine(args: argparse.Namespace) -> int:
-    from .tables import Fold, combine as combine_tables
+    from .tables import Fold
+    from .tables import combine as combine_tables
 
     fold = Fold(drop=_prefixes(args.drop), replace=_prefixes(args.replace), sweep=args.sweep, new=args.new)
     for name, n in combine_tables(args.tables, args.out, args.benches, fold, run=args.run).items():

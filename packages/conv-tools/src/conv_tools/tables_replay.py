@@ -74,7 +74,6 @@ def score(measured: list[dict[str, dict]], pick: Callable[[str], str]) -> Replay
 def engine_picks(runs: list[Path], estimates: bool = False) -> Callable[[str], str]:
     """What the engine ranks first on a problem key, on the runs' GPU, with the shipped tables (or none)."""
     import torch
-
     from conv_core.engine import get_engine
     from conv_core.problem import ConvProblem
     from conv_core.ranking import rank

@@ -19,16 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-
 from conv_core.arch import device_arch, device_name
 from conv_core.backends import aten
-from .bench import time_call
 from conv_core.candidate import Candidate
 from conv_core.engine import get_engine
 from conv_core.problem import ConvProblem
-from .progress import Progress, progress_mode
 from conv_core.reference import Expected, compare, random_operands
 from conv_core.tuning import Entry, merge_entries, read_entries, write_entries
+
+from .bench import time_call
+from .progress import Progress, progress_mode
 
 #: ``on_result(layer, entry, detail)``: called once per candidate (detail: why broken, or "").
 ResultCallback = Callable[[str, Entry, str], None]

@@ -16,8 +16,8 @@ import functools
 import sys
 
 import torch
-from conv_tools import sweep
 from conv_core.problem import ConvProblem
+from conv_tools import sweep
 
 from . import candidates, configs
 from .registry import REGISTRY

@@ -42,8 +42,8 @@ import sys
 from importlib import resources
 
 import torch
-from conv_tools import sweep as core_sweep
 from conv_core.problem import ConvProblem
+from conv_tools import sweep as core_sweep
 from conv_tools.sweep import Trial
 
 from . import candidates, configs
