@@ -45,7 +45,7 @@ set -uo pipefail
 out=${1:?output folder}; shift
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 CONV_CORE_TUNING_DB="$out/tuning.json"
-for p in packages/conv-core plugins/*/; do
+for p in packages/*/ plugins/*/; do
   [ -f "$p/pyproject.toml" ] && python3 -m pip install -q --no-deps --no-build-isolation --no-index -e "$p"
 done
 conv-core info > "$out/info.txt" 2>&1; conv-core backends >> "$out/info.txt" 2>&1; cat "$out/info.txt"

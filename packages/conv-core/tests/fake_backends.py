@@ -3,6 +3,7 @@
 import contextlib
 
 import torch
+import torch.nn.functional as F
 
 from conv_core import BackendInfo, Candidate, Declined, hookimpl
 from conv_core.backends import aten
@@ -103,3 +104,31 @@ def deterministic_algorithms():
         yield
     finally:
         torch.use_deterministic_algorithms(before, warn_only=warn_only)
+
+
+class AtomicBackend:
+    """Offers a fast ``atomics`` candidate for the forward and the weight gradient, counting its runs."""
+
+    def __init__(self):
+        self.runs = []
+
+    @hookimpl
+    def conv_core_backend_info(self):
+        return BackendInfo("atomic", "1.0", ("cpu",), "test backend")
+
+    @hookimpl
+    def conv_core_candidates(self, problem, device):
+        if problem.direction == "bwd_data":
+            return [Declined("atomic", "no data gradient")]
+        geometry = dict(stride=problem.stride, padding=problem.symmetric_padding, dilation=problem.dilation,
+                        groups=problem.groups)
+
+        def run(a, b, bias=None, *, out=None):
+            self.runs.append(problem.direction)
+            if problem.direction == "fwd":
+                result = F.conv2d(a, b, bias, **geometry)
+            else:
+                result = torch.nn.grad.conv2d_weight(a, problem.result_shape, b, **geometry)
+            return result if out is None else out.copy_(result)
+
+        return [Candidate("atomic", "k", "c", run, estimate_us=1e-6, tags=frozenset({"atomics"}))]

@@ -132,37 +132,9 @@ def test_double_backward_gradient_penalty():
     torch.testing.assert_close(penalty(conv_core.conv2d), penalty(F.conv2d))
 
 
-class AtomicBackend:
-    """Offers a fast ``atomics`` candidate for the forward and the weight gradient, counting its runs."""
-
-    def __init__(self):
-        self.runs = []
-
-    @conv_core.hookimpl
-    def conv_core_backend_info(self):
-        return conv_core.BackendInfo("atomic", "1.0", ("cpu",), "test backend")
-
-    @conv_core.hookimpl
-    def conv_core_candidates(self, problem, device):
-        if problem.direction == "bwd_data":
-            return [conv_core.Declined("atomic", "no data gradient")]
-        geometry = dict(stride=problem.stride, padding=problem.symmetric_padding, dilation=problem.dilation,
-                        groups=problem.groups)
-
-        def run(a, b, bias=None, *, out=None):
-            self.runs.append(problem.direction)
-            if problem.direction == "fwd":
-                result = F.conv2d(a, b, bias, **geometry)
-            else:
-                result = torch.nn.grad.conv2d_weight(a, problem.result_shape, b, **geometry)
-            return result if out is None else out.copy_(result)
-
-        return [conv_core.Candidate("atomic", "k", "c", run, estimate_us=1e-6, tags=frozenset({"atomics"}))]
-
-
 @pytest.mark.parametrize("allowed", [False, True])
 def test_cached_calls_follow_the_deterministic_mode(tmp_path, monkeypatch, allowed):
-    from fake_backends import deterministic_algorithms
+    from fake_backends import AtomicBackend, deterministic_algorithms
     from conv_core.testing.fakes import isolate, use_backends
 
     isolate(tmp_path, monkeypatch)

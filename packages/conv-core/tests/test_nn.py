@@ -305,3 +305,84 @@ def test_a_module_call_is_traced_by_torch_jit():
     x = torch.randn(1, 2, 5, 5, dtype=torch.float64)
     traced = torch.jit.trace(mine, (x,), check_trace=False)
     torch.testing.assert_close(traced(x), ref(x))
+
+
+# ---- a module's memo of its direct routes --------------------------------------------------------------------
+
+
+@pytest.fixture
+def full_way(monkeypatch):
+    """The calls of converted modules that take the full way (``conv_core.functional.convolution``)."""
+    from conv_core import functional
+
+    calls, original = [], functional.convolution
+    monkeypatch.setattr(functional, "convolution", lambda *args: calls.append(args[1].shape) or original(*args))
+    return calls
+
+
+def test_a_module_calls_its_direct_route_itself_until_its_signature_changes(full_way):
+    ref, mine = _pair(2, in_channels=3, out_channels=4, kernel_size=3, padding=1)
+    x, y = torch.randn(2, 3, 7, 6, dtype=torch.float64), torch.randn(1, 3, 5, 5, dtype=torch.float64)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(mine(x), ref(x))
+        assert len(full_way) == 1
+        for _ in range(2):
+            torch.testing.assert_close(mine(y), ref(y))
+            torch.testing.assert_close(mine(x), ref(x))
+        assert full_way == [x.shape, y.shape]
+        x_cl = x.to(memory_format=torch.channels_last)  # new strides: the full way once, then memoized too
+        for _ in range(2):
+            torch.testing.assert_close(mine(x_cl), ref(x_cl))
+        assert len(full_way) == 3
+    _check_forward_and_backward(ref, mine, x)  # with gradients: a memo of its own
+    _check_forward_and_backward(ref, mine, x)
+    assert len(full_way) == 4
+
+
+def test_a_modules_memo_is_forgotten_when_the_choice_may_change(full_way):
+    ref, mine = _pair(2, in_channels=3, out_channels=4, kernel_size=3, padding=1)
+    x = torch.randn(2, 3, 7, 6, dtype=torch.float64)
+    mine(x)
+    conv_core.reset()  # the engine's choices are dropped
+    torch.testing.assert_close(mine(x), ref(x))
+    assert len(full_way) == 2
+    ref.padding = mine.padding = (2, 2)  # an attribute the route depends on
+    torch.testing.assert_close(mine(x), ref(x))
+    mine.backend = "aten"
+    torch.testing.assert_close(mine(x), ref(x))
+    assert len(full_way) == 4
+    ref.float(), mine.float()  # parameters changed in place
+    torch.testing.assert_close(mine(x.float()), ref(x.float()))
+    assert len(full_way) == 5
+    mine.weight = nn.Parameter(ref.weight.detach() * 2)  # a new parameter
+    torch.testing.assert_close(mine(x.float()), ref._conv_forward(x.float(), ref.weight * 2, ref.bias))
+    assert len(full_way) == 6
+    mine(x.float())
+    assert len(full_way) == 6
+
+
+def test_a_modules_memo_is_not_state(full_way):
+    _, mine = _pair(2, in_channels=3, out_channels=4, kernel_size=3, padding=1)
+    mine(torch.randn(1, 3, 5, 5, dtype=torch.float64))
+    assert mine._memos is not None
+    assert copy.deepcopy(mine)._memos is None
+    assert "_memos" not in mine.__getstate__()
+
+
+def test_a_module_whose_layer_a_plugin_wins_runs_it_every_call(tmp_path, monkeypatch, full_way):
+    from fake_backends import AtomicBackend
+    from conv_core.call import problem_of_tensors
+    from conv_core.testing.fakes import isolate, prove_faster, use_backends
+
+    isolate(tmp_path, monkeypatch)
+    monkeypatch.setenv("CONV_CORE_NONDETERMINISTIC", "1")
+    backend = AtomicBackend()
+    engine = use_backends(monkeypatch, atomic=backend)
+    ref, mine = _pair(2, in_channels=4, out_channels=4, kernel_size=3, padding=1, groups=2)
+    x = torch.randn(2, 4, 6, 6, dtype=torch.float64)
+    prove_faster(engine, [problem_of_tensors(x, mine.weight, mine.bias, padding=1, groups=2)], ["atomic:k:c"])
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(mine(x), ref(x))
+    assert backend.runs == ["fwd"] * 3 and len(full_way) == 3

@@ -35,6 +35,16 @@ TRANSPOSED_KEY_FIELDS = ("input_shape", "input_stride", "input_dtype", "device",
                          "groups", "dilation", "activation", "out_dtype", "backend")
 EagerKey = tuple
 
+#: Bumped whenever a route kept outside these caches may no longer be the engine's answer (:meth:`CallCaches.clear`,
+#: ``conv_core.reset``, a shape capture): a converted module's memo of its direct routes (:mod:`conv_core.nn`)
+#: holds the value it was made under and is ignored once it changes. A list, so that its readers bind it once.
+GENERATION = [0]
+
+
+def invalidate_memos() -> None:
+    """Make every module's memo of direct routes stale (they are made again on their next call)."""
+    GENERATION[0] += 1
+
 
 class Runner(Protocol):
     """What the eager caches hold: a :class:`~conv_core.routes.Route` (or a transposed one) or a route with
@@ -98,6 +108,7 @@ class CallCaches:
 
     def clear(self) -> None:
         """Forget every answer (the next call of each signature decides again)."""
+        invalidate_memos()
         for cache in (self.eager, self.transposed, self.op_routes, self.backward, self.traced):
             cache.clear()
 

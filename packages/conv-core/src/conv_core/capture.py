@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import functional, routes, transposed_route
 from .call import problem_of_tensors
+from .call_cache import invalidate_memos
 from .problem import ConvProblem
 from .transposed import TRANSPOSED_DIRECTIONS, TransposedArgs, problem_of_transposed_call
 
@@ -146,10 +147,12 @@ def _not_inlined():
     """The eager entry's native routes through ``Route.run`` for the block, where the capture sees them."""
     before = functional.INLINE
     functional.INLINE = False
+    invalidate_memos()  # converted modules' own direct calls too
     try:
         yield
     finally:
         functional.INLINE = before
+        invalidate_memos()
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ import torch
 
 from . import __version__
 from .arch import device_arch, device_name
-from .call_cache import CallCaches
+from .call_cache import CallCaches, invalidate_memos
 from .candidate import Candidate
 from .errors import ConvArgumentError
 from .first_use import FirstUseStore, Measured, entry_key, scope
@@ -322,3 +322,4 @@ def reset() -> None:
     global _engine
     with _engine_lock:
         _engine = None
+    invalidate_memos()

@@ -160,6 +160,25 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
     return route.run(input, weight, bias)
 
 
+def direct_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding, dilation, groups,
+                 activation, out_dtype, backend, needs_grad: bool) -> Route | None:
+    """The route the engine keeps for this eager call if it is ``F.conv*d`` itself (*native*), else None.
+
+    A converted module asks after a call that went the full way, and then calls ``F.conv*d`` itself while its
+    input keeps the signature (:class:`conv_core.nn.Conv2d`): the key below is :func:`convolution`'s.
+    """
+    if not INLINE or _compiling() or _any_autocast():
+        return None
+    key: EagerKey = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype,
+                     bias is None, needs_grad, _deterministic(), ndim, stride, padding, dilation, groups,
+                     activation, out_dtype, backend)
+    try:
+        route = (engine_module._engine or get_engine()).calls.eager.get(key)
+    except TypeError:  # an argument given as a list
+        return None
+    return route if route is not None and route.native else None
+
+
 #: Whether :func:`convolution` runs a native route itself; :func:`conv_core.capture_shapes`, which records calls
 #: where ``Route.run`` passes, turns it off for the capture.
 INLINE = True

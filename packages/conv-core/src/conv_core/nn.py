@@ -16,15 +16,23 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from . import activations, functional
+from .call_cache import GENERATION
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
 EXTRA_ATTRIBUTES = ("activation", "out_dtype", "backend")
+#: The attributes a route depends on: setting one forgets the module's memo of direct routes.
+ROUTE_ATTRIBUTES = frozenset(("stride", "padding", "dilation", "groups", "padding_mode", *EXTRA_ATTRIBUTES))
+#: Input shapes and strides a module remembers a route for, per gradient mode (a shared head sees one per level).
+MAX_MEMOS = 8
 
 
 #: What the lean call path (``_ConvCoreMixin.__call__``) checks and falls back to, bound once.
 _module_call = nn.Module.__call__
 _tracing_state = torch._C._get_tracing_state
+_Tensor = torch.Tensor
+_compiling, _any_autocast = functional._compiling, functional._any_autocast
+_grad_enabled, _deterministic = functional._grad_enabled, functional._deterministic
 
 
 def _weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -62,15 +70,83 @@ class _ConvCoreMixin:
 
     def __call__(self, *args, **kwargs):
         """``nn.Module.__call__`` without its two frames where it would only call ``forward``: no hook (the
-        module's or a global one), no ``torch.jit`` trace, no ``module.compile()``. An eager model calls this once
-        per layer and step, and a host-bound model waits for every microsecond of it. Dynamo traces either path
-        alike (the forward checks for it: :func:`conv_core.functional.convolution`)."""
+        module's or a global one), no ``torch.jit`` trace, no ``module.compile()``. And where the engine runs this
+        call's signature as ``F.conv*d`` itself, that call, straight from here: an eager model calls this once per
+        layer and step, and a host-bound model waits for every microsecond of it (every check the full path makes
+        costs more in a model, its data cold in the CPU's caches, than in a loop over one layer).
+
+        The memo of direct routes (``_memos``: per gradient mode, input shape and strides to the route and what
+        else pins it)
+        is made after a call that went the full way (:meth:`_remember`) and forgotten when the engine's choices
+        may change (:data:`conv_core.call_cache.GENERATION`), the module is moved or cast, or an attribute of
+        :data:`ROUTE_ATTRIBUTES` is set. Dynamo and autocast take the full way, which checks for them."""
         if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
                 or _module._global_forward_pre_hooks or _module._global_forward_hooks
                 or _module._global_backward_pre_hooks or _module._global_backward_hooks
                 or self._compiled_call_impl is not None or _tracing_state()):
             return _module_call(self, *args, **kwargs)
-        return self.forward(*args, **kwargs)
+        memos = self._memos
+        if (memos is not None and memos[2] == GENERATION[0] and len(args) == 1 and not kwargs and not _compiling()
+                and not _any_autocast()):
+            x, parameters = args[0], self._parameters
+            weight, bias = parameters.get("weight"), parameters.get("bias")
+            if type(x) is _Tensor and weight is not None:
+                needs_grad = _grad_enabled() and (
+                    x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+                memo = memos[needs_grad].get((x.shape, x.stride()))
+                if (memo is not None and memo[1] is weight and memo[2] is bias and memo[3] is x.dtype
+                        and memo[4] == x.device and memo[5] is _deterministic()):
+                    route = memo[0]
+                    y = route.conv(x, weight, bias, *route.conv_args)
+                    return y if route.activation is None else route.activation(y)
+        y = self.forward(*args, **kwargs)
+        if len(args) == 1 and not kwargs and not _any_autocast():
+            self._remember(args[0])
+        return y
+
+    #: per gradient mode (False, True): (input shape, strides) -> (route, weight, bias, input dtype, device,
+    #: deterministic), or None where the route is not direct; then the generation they were made under. The
+    #: first of each shape and strides is kept (another dtype or device takes the full way).
+    _memos: tuple[dict, dict, int] | None = None
+
+    def _remember(self, x) -> None:
+        """After a call that went the full way: keep its route if it is ``F.conv*d`` itself (see ``__call__``)."""
+        parameters = self._parameters
+        weight, bias = parameters.get("weight"), parameters.get("bias")
+        if (type(x) is not _Tensor or weight is None or "bias" not in parameters or self.padding_mode != "zeros"
+                or _compiling()):
+            return
+        needs_grad = _grad_enabled() and (
+            x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+        memos = self._memos
+        if memos is None or memos[2] != GENERATION[0]:
+            memos = self.__dict__["_memos"] = ({}, {}, GENERATION[0])
+        memo = memos[needs_grad]
+        signature = (x.shape, x.stride())
+        if memo.get(signature, 0) is None or (signature not in memo and len(memo) >= MAX_MEMOS):
+            return  # known not to be direct, or no room; a direct one that no longer matches is replaced
+        route = functional.direct_route(self._ndim, x, weight, bias, self.stride, self.padding, self.dilation,
+                                        self.groups, self.activation, self.out_dtype, self.backend, needs_grad)
+        memo[signature] = None if route is None else (route, weight, bias, x.dtype, x.device, _deterministic())
+
+    def _forget_routes(self) -> None:
+        self.__dict__.pop("_memos", None)
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name in ROUTE_ATTRIBUTES:
+            self._forget_routes()
+
+    def _apply(self, *args, **kwargs):
+        """torch's (``to``, ``half``, ``cuda``...), forgetting the direct routes: the parameters change in place."""
+        self._forget_routes()
+        return super()._apply(*args, **kwargs)
+
+    def __getstate__(self):
+        """torch's state without the memo of direct routes (it holds the engine's routes: not state)."""
+        state = super().__getstate__()
+        state.pop("_memos", None)
+        return state
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         """torch's ``forward`` and ``_conv_forward`` in one frame: a model calls it once per layer and step."""
@@ -120,7 +196,10 @@ class Conv3d(_ConvCoreMixin, nn.Conv3d):
 class _TransposedMixin(_ConvCoreMixin):
     """The transposed modules' forward: torch's (its ``output_size`` argument and ``_output_padding``), through
     :func:`conv_core.conv_transpose2d` and its kin. Torch's constructor refuses padding modes other than
-    ``zeros``, and so do these."""
+    ``zeros``, and so do these. Every call takes the full way (no memo of direct routes)."""
+
+    def _remember(self, x) -> None:
+        return
 
     def forward(self, input: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         if self.padding_mode != "zeros":

@@ -1,0 +1,297 @@
+"""Why a converted model's eager inference is slower: host time and wall time per step, split, per variant.
+
+    python3 scripts/gpu_eager_gap.py --out DIR [--models mobilenet_v3_large,resnet50] [--rounds 7 --steps 20]
+                                     [--variants plain,conv,conv_aten,native] [--by-type]
+
+Each step runs alone after a synchronize: ``host`` is the time until ``step()`` returns (the launch queue starts
+empty, so no launch waits for the GPU), ``wall`` the time until the GPU is done. A variant that loses host time
+is slowed by the path around the kernels; one that loses wall but not host time, by its GPU work. Variants:
+
+- ``plain``: the model as torch runs it (``cudnn.benchmark = True``);
+- ``conv``: ``conv_core.convert(plain)``;
+- ``conv_aten``: the same with every layer held to aten (``backend="aten"``): only the path around ``F.conv*d``;
+- ``wrapped``: plain with each convolution's forward behind one extra Python function (what one frame costs);
+- ``native``: plain with each 2D convolution's forward replaced by the ``torch.conv2d`` call a direct route makes;
+- ``keyed``: ``native`` behind the eager path's 17-field key and one dictionary lookup;
+- ``memo_full`` / ``memo_shape``: ``native`` behind a per-module memo checking shape, strides, dtype and grad
+  mode / the shape alone.
+
+Printed and written (``DIR/eager_gap.json``, ``DIR/eager_gap.txt``): medians of alternating rounds, then medians
+of single steps taken one variant after the other (drift of the host's speed hits all alike), the same for plain
+and conv with the garbage collector off, how many convolution calls per step took conv-core's full way
+(``conv_core.functional.convolution``) rather than a module's memo, and one step of each under ``torch.profiler``:
+the GPU kernels whose count or time differs from plain's. ``--by-type``: with global forward hooks on, the host
+time inside each leaf module type's forward, per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import conv_core
+from conv_tools import bench_models
+from conv_tools.model_bench import ModelBenchConfig, cast_input, cudnn_benchmark, make_variants, weights_dtype
+from conv_tools.model_attribution import convolution_modules
+
+
+def variants(base, config):
+    builders = make_variants(base, "eager", config)
+
+    def conv_aten():
+        model = builders["conv"]()
+        for _, module in convolution_modules(model):
+            module.backend = "aten"
+        return model
+
+    def wrapped():
+        model = builders["plain"]()
+        for _, module in convolution_modules(model):
+            inner = module.forward
+            module.forward = lambda x, _inner=inner: _inner(x)
+        return model
+
+    def native():
+        """What the converted model's direct route calls, without the route's lookup."""
+        model = builders["plain"]()
+        for _, module in convolution_modules(model):
+            if type(module) is torch.nn.Conv2d and module.padding_mode == "zeros":
+                w, b, args = module.weight, module.bias, (module.stride[0], module.padding[0], module.dilation[0])
+                module.forward = lambda x, _w=w, _b=b, _a=args, _g=module.groups: torch.conv2d(x, _w, _b, *_a, _g)
+        return model
+
+    def keyed():
+        """``native`` behind the eager path's key (the same tuple) and one dictionary lookup."""
+        model = native()
+        table = {}
+        for _, module in convolution_modules(model):
+            if type(module) is torch.nn.Conv2d and module.padding_mode == "zeros":
+                inner, w = module.forward, module.weight
+
+                def forward(x, _inner=inner, _w=w, _m=module):
+                    key = (x.shape, x.stride(), x.dtype, x.device, _w.shape, _w.dtype, _m.bias is None,
+                           torch._C.is_grad_enabled(), torch._C._get_deterministic_algorithms(), 2, _m.stride,
+                           _m.padding, _m.dilation, _m.groups, None, None, None)
+                    route = table.get(key)
+                    if route is None:
+                        route = table[key] = _inner
+                    return route(x)
+                module.forward = forward
+        return model
+
+    grad = torch._C.is_grad_enabled
+
+    def memo_full():
+        """``native`` behind a per-module memo of the last call's shape, strides, dtype and grad mode."""
+        model = native()
+        for _, module in convolution_modules(model):
+            if type(module) is torch.nn.Conv2d and module.padding_mode == "zeros":
+                inner, slot = module.forward, [None, None, None, None]
+
+                def forward(x, _inner=inner, _m=slot):
+                    if x.shape == _m[0] and x.stride() == _m[1] and x.dtype is _m[2] and grad() is _m[3]:
+                        return _inner(x)
+                    _m[:] = [x.shape, x.stride(), x.dtype, grad()]
+                    return _inner(x)
+                module.forward = forward
+        return model
+
+    def memo_shape():
+        """``native`` behind a per-module memo of the last call's shape alone."""
+        model = native()
+        for _, module in convolution_modules(model):
+            if type(module) is torch.nn.Conv2d and module.padding_mode == "zeros":
+                inner, slot = module.forward, [None]
+
+                def forward(x, _inner=inner, _m=slot):
+                    if x.shape == _m[0]:
+                        return _inner(x)
+                    _m[0] = x.shape
+                    return _inner(x)
+                module.forward = forward
+        return model
+
+    return {"plain": builders["plain"], "conv": builders["conv"], "conv_aten": conv_aten, "wrapped": wrapped,
+            "native": native, "keyed": keyed,
+            "memo_full": memo_full, "memo_shape": memo_shape}
+
+
+class TypeTimer:
+    """Host microseconds per step spent inside each leaf module type's forward (global forward hooks)."""
+
+    def __init__(self):
+        self.totals, self.starts = Counter(), {}
+
+    def __enter__(self):
+        self.handles = [torch.nn.modules.module.register_module_forward_pre_hook(self.pre),
+                        torch.nn.modules.module.register_module_forward_hook(self.post)]
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+
+    def pre(self, module, args):
+        self.starts[id(module)] = time.perf_counter_ns()
+
+    def post(self, module, args, out):
+        if not any(True for _ in module.children()):
+            kind = type(module).__name__
+            self.totals[kind] += time.perf_counter_ns() - self.starts[id(module)]
+
+
+def by_type(models, x, rounds: int, steps: int) -> dict:
+    """Per variant and leaf module type: median over rounds of host microseconds per step."""
+    samples = {label: {} for label in models}
+    for _ in range(rounds):
+        for label, model in models.items():
+            with TypeTimer() as timer:
+                for _ in range(steps):
+                    one_step(model, x)
+            for kind, ns in timer.totals.items():
+                samples[label].setdefault(kind, []).append(ns / steps / 1e3)
+    return {label: {kind: statistics.median(v) for kind, v in kinds.items()} for label, kinds in samples.items()}
+
+
+BY_TYPE = False
+VARIANTS = ("plain", "conv", "conv_aten", "wrapped", "native", "keyed", "memo_full", "memo_shape")
+
+
+def one_step(model, x):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with torch.no_grad():
+        model(x)
+    issued = time.perf_counter()
+    torch.cuda.synchronize()
+    return (issued - start) * 1e3, (time.perf_counter() - start) * 1e3
+
+
+def full_way_calls(model, x) -> int:
+    """How many of one step's convolution calls went through ``conv_core.functional.convolution``."""
+    from conv_core import functional
+
+    calls, original = [], functional.convolution
+    functional.convolution = lambda *args: calls.append(1) or original(*args)
+    try:
+        one_step(model, x)
+    finally:
+        functional.convolution = original
+    return len(calls)
+
+
+def kernels(model, x):
+    with torch.no_grad():
+        model(x)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            model(x)
+            torch.cuda.synchronize()
+    counts, times = Counter(), Counter()
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            counts[event.name[:90]] += 1
+            times[event.name[:90]] += event.device_time
+    return counts, times
+
+
+def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
+    spec, config = bench_models.get(name), ModelBenchConfig(model=name, modes=("eager",))
+    base = bench_models.build(name).cuda()
+    x = cast_input(spec.example(spec.default_batch, "cuda"), weights_dtype("eager", config), config.layout)
+    with cudnn_benchmark():
+        models = {label: build().eval() for label, build in variants(base, config).items() if label in VARIANTS}
+        for model in models.values():
+            for _ in range(5):
+                one_step(model, x)
+        host = {label: [] for label in models}
+        wall = {label: [] for label in models}
+        for _ in range(rounds):
+            for label, model in models.items():
+                samples = [one_step(model, x) for _ in range(steps)]
+                host[label].append(statistics.median(s[0] for s in samples))
+                wall[label].append(statistics.median(s[1] for s in samples))
+        profiles = {label: kernels(model, x) for label, model in models.items()}
+        full_way = {label: full_way_calls(model, x) for label, model in models.items() if label.startswith("conv")}
+        types = by_type(models, x, rounds, steps) if BY_TYPE else {label: {} for label in models}
+        interleaved = {label: [] for label in models}
+        for _ in range(steps * rounds):  # one step of each in turn: drift of the host's speed hits all alike
+            for label, model in models.items():
+                interleaved[label].append(one_step(model, x)[0])
+        gc.collect()
+        gc.disable()
+        no_gc = {label: [] for label in ("plain", "conv")}
+        for _ in range(steps * rounds):
+            for label in no_gc:
+                no_gc[label].append(one_step(models[label], x)[0])
+        gc.enable()
+    record = {"model": name, "batch": spec.default_batch, "host_ms": host, "wall_ms": wall, "kernels": {},
+              "full_way_calls_per_step": full_way,
+              "interleaved_host_ms": {k: statistics.median(v) for k, v in interleaved.items()},
+              "no_gc_host_ms": {k: statistics.median(v) for k, v in no_gc.items()}}
+    report.append(f"==== {name} (batch {spec.default_batch}), {rounds} rounds x {steps} single steps")
+    for label in models:
+        h, w = statistics.median(host[label]), statistics.median(wall[label])
+        report.append(f"  {label:10s} host {h:7.3f} ms ({min(host[label]):.3f}-{max(host[label]):.3f})  "
+                      f"wall {w:7.3f} ms ({min(wall[label]):.3f}-{max(wall[label]):.3f})  "
+                      f"kernels {sum(profiles[label][0].values())}, "
+                      f"GPU {sum(profiles[label][1].values()) / 1e3:.3f} ms")
+    report.append(f"  calls per step that took the full way (conv_core.functional.convolution): {full_way}, of "
+                  f"{len(convolution_modules(base))} convolution modules")
+    report.append(f"  interleaved single steps ({steps * rounds} each), host ms median: " + ", ".join(
+        f"{k} {v:.3f}" for k, v in record["interleaved_host_ms"].items()))
+    report.append("  the same with the garbage collector off: " + ", ".join(
+        f"{k} {v:.3f}" for k, v in record["no_gc_host_ms"].items()))
+    report.append("  host us per step inside each leaf module type's forward (global hooks on):")
+    for kind in sorted(types["plain"], key=lambda k: -types["plain"][k]):
+        report.append(f"    {kind:24s}" + "".join(f" {label} {types[label].get(kind, 0.0):8.1f}" for label in models))
+    for kind in sorted(set().union(*types.values()) - set(types["plain"])):
+        report.append(f"    {kind:24s}" + "".join(f" {label} {types[label].get(kind, 0.0):8.1f}" for label in models))
+    record["by_type_us"] = types
+    plain_counts, plain_times = profiles["plain"]
+    for label in [v for v in ("conv", "conv_aten") if v in profiles]:
+        counts, times = profiles[label]
+        diffs = sorted(set(counts) | set(plain_counts),
+                       key=lambda k: -abs(times.get(k, 0) - plain_times.get(k, 0)))[:12]
+        report.append(f"  kernels {label} vs plain (count, GPU us):")
+        for k in diffs:
+            report.append(f"    {counts.get(k, 0):4d} vs {plain_counts.get(k, 0):4d}  {times.get(k, 0):9.1f} vs "
+                          f"{plain_times.get(k, 0):9.1f}  {k}")
+        record["kernels"][label] = {k: [counts.get(k, 0), plain_counts.get(k, 0), times.get(k, 0),
+                                        plain_times.get(k, 0)] for k in diffs}
+    print("\n".join(report[-30:]), flush=True)
+    del models, base
+    torch.cuda.empty_cache()
+    return record
+
+
+def main() -> None:
+    global BY_TYPE, VARIANTS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--models", default="mobilenet_v3_large,efficientnet_b0,convnext_tiny,resnet50")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list; plain and conv always run")
+    parser.add_argument("--by-type", action="store_true", help="also time each leaf module type (global hooks)")
+    args = parser.parse_args()
+    BY_TYPE = args.by_type
+    VARIANTS = tuple(args.variants.split(","))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, conv-core {conv_core.__version__}"]
+    records = [gap(name, args.rounds, args.steps, report) for name in args.models.split(",")]
+    (out / "eager_gap.json").write_text(json.dumps(records, indent=1))
+    (out / "eager_gap.txt").write_text("\n".join(report) + "\n")
+
+
+if __name__ == "__main__":
+    main()
