@@ -102,3 +102,28 @@ def test_capture_on_the_meta_device_runs_nothing():
     layers = capture_shapes(model, x)
     assert [layer.transposed for layer in layers] == [False, True, True]
     assert layers[2].problem.input_size == (16, 16) and layers[2].problem.arch == "meta"  # its output: 8 -> 16
+
+
+def test_a_module_calls_its_direct_route_itself_unless_given_an_output_size(monkeypatch):
+    """After one full call, ``F.conv_transpose2d`` straight from the module (conv_core.nn's memo); a call given
+    ``output_size`` takes the full way every time, and so does one after ``output_padding`` is set."""
+    from conv_core import functional
+
+    calls, original = [], functional.transposed_convolution
+    monkeypatch.setattr(functional, "transposed_convolution", lambda *args: calls.append(1) or original(*args))
+    torch.manual_seed(0)
+    theirs = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, dtype=torch.float64)
+    mine = conv_core.convert(nn.Sequential(TORCH[2](4, 6, 3, stride=2, padding=1, dtype=torch.float64)))[0]
+    mine.load_state_dict(theirs.state_dict())
+    x = torch.randn(2, 4, 5, 5, dtype=torch.float64)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(mine(x), theirs(x))
+        assert len(calls) == 1
+        for _ in range(2):
+            torch.testing.assert_close(mine(x, output_size=[10, 10]), theirs(x, output_size=[10, 10]))
+        assert len(calls) == 3
+        theirs.output_padding = mine.output_padding = (1, 1)
+        for _ in range(2):
+            torch.testing.assert_close(mine(x), theirs(x))
+        assert len(calls) == 4

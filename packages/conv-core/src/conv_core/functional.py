@@ -179,6 +179,23 @@ def direct_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, str
     return route if route is not None and route.native else None
 
 
+def direct_transposed_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding,
+                            output_padding, groups, dilation, activation, out_dtype, backend,
+                            needs_grad: bool) -> TransposedRoute | None:
+    """:func:`direct_route` for a transposed call (the key below is :func:`transposed_convolution`'s): the kept
+    route if it is ``F.conv_transpose*d`` itself with nothing after it but its activation."""
+    if not INLINE or _compiling() or _any_autocast():
+        return None
+    key: EagerKey = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype,
+                     bias is None, needs_grad, _deterministic(), ndim, stride, padding, output_padding, groups,
+                     dilation, activation, out_dtype, backend)
+    try:
+        route = (engine_module._engine or get_engine()).calls.transposed.get(key)
+    except TypeError:  # an argument given as a list
+        return None
+    return route if type(route) is TransposedRoute and route.direct and route.cast is None else None
+
+
 #: Whether :func:`convolution` runs a native route itself; :func:`conv_core.capture_shapes`, which records calls
 #: where ``Route.run`` passes, turns it off for the capture.
 INLINE = True

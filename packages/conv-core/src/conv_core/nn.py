@@ -22,7 +22,8 @@ __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "
 
 EXTRA_ATTRIBUTES = ("activation", "out_dtype", "backend")
 #: The attributes a route depends on: setting one forgets the module's memo of direct routes.
-ROUTE_ATTRIBUTES = frozenset(("stride", "padding", "dilation", "groups", "padding_mode", *EXTRA_ATTRIBUTES))
+ROUTE_ATTRIBUTES = frozenset(("stride", "padding", "output_padding", "dilation", "groups", "padding_mode",
+                              *EXTRA_ATTRIBUTES))
 #: Input shapes and strides a module remembers a route for, per gradient mode (a shared head sees one per level).
 MAX_MEMOS = 8
 
@@ -125,9 +126,13 @@ class _ConvCoreMixin:
         signature = (x.shape, x.stride())
         if memo.get(signature, 0) is None or (signature not in memo and len(memo) >= MAX_MEMOS):
             return  # known not to be direct, or no room; a direct one that no longer matches is replaced
-        route = functional.direct_route(self._ndim, x, weight, bias, self.stride, self.padding, self.dilation,
-                                        self.groups, self.activation, self.out_dtype, self.backend, needs_grad)
+        route = self._direct_route(x, weight, bias, needs_grad)
         memo[signature] = None if route is None else (route, weight, bias, x.dtype, x.device, _deterministic())
+
+    def _direct_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool):
+        """The engine's kept route of a one-argument call on ``x`` if ``F.conv*d`` runs it, else None."""
+        return functional.direct_route(self._ndim, x, weight, bias, self.stride, self.padding, self.dilation,
+                                       self.groups, self.activation, self.out_dtype, self.backend, needs_grad)
 
     def _forget_routes(self) -> None:
         self.__dict__.pop("_memos", None)
@@ -196,10 +201,15 @@ class Conv3d(_ConvCoreMixin, nn.Conv3d):
 class _TransposedMixin(_ConvCoreMixin):
     """The transposed modules' forward: torch's (its ``output_size`` argument and ``_output_padding``), through
     :func:`conv_core.conv_transpose2d` and its kin. Torch's constructor refuses padding modes other than
-    ``zeros``, and so do these. Every call takes the full way (no memo of direct routes)."""
+    ``zeros``, and so do these. A call given ``output_size`` takes the full way (the memo's routes are for the
+    module's own ``output_padding``)."""
 
-    def _remember(self, x) -> None:
-        return
+    def _direct_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool):
+        output_padding = self._output_padding(x, None, self.stride, self.padding, self.kernel_size, self._ndim,
+                                              self.dilation)
+        return functional.direct_transposed_route(self._ndim, x, weight, bias, self.stride, self.padding,
+                                                  output_padding, self.groups, self.dilation, self.activation,
+                                                  self.out_dtype, self.backend, needs_grad)
 
     def forward(self, input: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         if self.padding_mode != "zeros":
