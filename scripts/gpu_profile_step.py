@@ -18,6 +18,7 @@ import time
 import torch
 
 import conv_core
+from conv_core.call_cache import calls
 from conv_tools import bench_models
 
 
@@ -69,8 +70,7 @@ def main() -> None:
         plain_ms = _profile("plain", plain, x, args.amp, out)
         conv_ms = _profile("converted", converted, x, args.amp, out)
         out.write(f"plain {plain_ms:.2f} ms, converted {conv_ms:.2f} ms, ratio {plain_ms / conv_ms:.3f}\n")
-        engine = conv_core.get_engine()
-        for route in engine.calls.routes():
+        for route in calls().routes():
             if hasattr(route, "ranking"):
                 rankings = {"fwd": route.ranking, **getattr(route, "backward", {})}
                 picks = ", ".join(f"{d}: {r.best.kernel_id} ({r.best.us:.1f} us, {r.best.source})"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import conv_core
-from conv_core import ops
+from conv_core import call_cache, ops
 from conv_core.call_cache import EAGER_KEY_FIELDS, BackwardKey, OpKey, TracedKey
 from conv_core.dispatch import op_args
 from conv_core.testing.fakes import isolate, use_backends
@@ -48,7 +48,8 @@ def operands(grad=False):
 
 
 def test_each_question_has_its_own_cache_and_reset_clears_them_all(monkeypatch):
-    calls = use_backends(monkeypatch).calls  # aten alone: every decision below is aten's
+    use_backends(monkeypatch)  # aten alone: every decision below is aten's
+    calls = call_cache.calls()
     x, w = operands(grad=True)
     conv_core.conv2d(x, w, None, padding=1)
     (key,) = calls.eager
@@ -65,3 +66,17 @@ def test_each_question_has_its_own_cache_and_reset_clears_them_all(monkeypatch):
     assert len(list(calls.routes())) == 2  # the eager route and the opaque op's
     conv_core.get_engine().reset()
     assert not (calls.eager or calls.op_routes or calls.backward or calls.traced)
+
+
+def test_a_new_engine_gets_new_caches_and_the_engine_holds_none(monkeypatch):
+    """The caches are the front end's: a new process-wide engine (conv_core.reset, a test's isolate) starts them
+    afresh, and the engine module imports nothing of the front end."""
+    use_backends(monkeypatch)
+    x, w = operands()
+    conv_core.conv2d(x, w, None, padding=1)
+    before = call_cache.calls()
+    assert len(before.eager) == 1
+    use_backends(monkeypatch)
+    assert call_cache.calls() is not before and not call_cache.calls().eager
+    assert not hasattr(conv_core.get_engine(), "calls")
+    assert "call_cache" not in imported_modules("engine")

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conv_core import Candidate, hookimpl
+from conv_core import Candidate, call_cache, hookimpl
 from conv_tools.bench_host import LAYER, RANKED, TORCH, per_call_us, run_host_bench
 from conv_core.cli import main
 from conv_core.testing.fakes import Plugin, isolate, raising_run, use_backends
@@ -89,6 +89,6 @@ def test_the_core_adds_less_host_time_to_a_plugin_call_than_f_conv2d_costs(monke
         calls = {TORCH: lambda: F.conv2d(x, w), "core": lambda: conv_core.conv2d(x, w, backend="free")}
         times, failed = per_call_us(calls, CPU, calls=300, rounds=9, warmup=50)
     assert not failed, failed
-    (route,) = conv_core.get_engine().calls.eager.values()
+    (route,) = call_cache.calls().eager.values()
     assert route.ranking.best.kernel_id == "free:k:c" and not route.direct
     assert times["core"]["host_us"] <= times[TORCH]["host_us"], times

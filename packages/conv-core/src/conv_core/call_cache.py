@@ -1,4 +1,4 @@
-"""The engine's memory of calls: one typed cache per purpose, each keyed on what pins its answer.
+"""The front end's memory of calls: one typed cache per purpose, each keyed on what pins its answer.
 
 A call's signature is checked, normalised and ranked once; afterwards the answer is looked up here.
 Five questions are asked, each with its own key and its own kind of answer:
@@ -9,7 +9,9 @@ Five questions are asked, each with its own key and its own kind of answer:
 - ``backward``: the ranking a backward op runs when no route brought one (:mod:`conv_core.routes`);
 - ``traced``: whether a plugin kernel wins a layer traced by ``torch.compile`` (:mod:`conv_core.ops`).
 
-``Engine.reset`` clears all five (:meth:`CallCaches.clear`).
+The caches belong to the process-wide engine's choices, but the engine does not hold them (it knows nothing of the
+front end): :data:`CURRENT` pairs them with the engine they were made under, :func:`calls` makes new ones for a new
+engine, and ``Engine.reset`` / ``conv_core.reset`` clear them through :func:`conv_core.engine.on_reset`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from typing import NamedTuple, Protocol
 
 import torch
 
+from . import engine as engine_module
 from .call import ConvArgs
-from .transposed import TransposedArgs
+from .engine import Engine, get_engine, on_reset
 from .ranking import Ranking
+from .transposed import TransposedArgs
 
 #: The eager key's fields, in order. The key is a plain tuple built inline on every call: constructing a
 #: NamedTuple there costs more than the whole lookup. The arguments are as given (lists frozen to tuples).
@@ -117,3 +121,26 @@ class CallCaches:
         for runner in (*self.eager.values(), *self.transposed.values()):
             yield getattr(runner, "route", runner)
         yield from self.op_routes.values()
+
+
+#: ``(engine, its caches)``: the hot path reads the caches straight from here while the engine is the same.
+CURRENT: tuple[Engine | None, CallCaches] = (None, CallCaches())
+
+
+def calls() -> CallCaches:
+    """The caches of the process-wide engine's choices (new, empty ones once the engine is a new one)."""
+    global CURRENT
+    engine = engine_module._engine or get_engine()
+    owner, caches = CURRENT
+    if owner is not engine:
+        caches = CallCaches()
+        CURRENT = (engine, caches)
+        invalidate_memos()
+    return caches
+
+
+def _forget() -> None:
+    CURRENT[1].clear()
+
+
+on_reset(_forget)

@@ -26,7 +26,6 @@ import torch
 
 from . import __version__
 from .arch import device_arch, device_name
-from .call_cache import CallCaches, invalidate_memos
 from .candidate import Candidate
 from .errors import ConvArgumentError
 from .first_use import FirstUseStore, Measured, entry_key, scope
@@ -67,8 +66,6 @@ class Engine:
         self.registry = registry or Registry(self.settings)
         self._rankings: dict[tuple[str, str, str | None, bool, bool], Ranking] = {}
         self._timings: dict[str, Timings] = {}
-        #: What each call signature was decided to run (:mod:`conv_core.call_cache`), the hot path's lookup.
-        self.calls = CallCaches()
         #: First-use timings kept across processes (:mod:`conv_core.first_use`); ``reset()`` leaves them.
         self.first_use = FirstUseStore(self.settings.first_use_dir)
         self._lock = threading.Lock()
@@ -295,7 +292,8 @@ class Engine:
         with self._lock:
             self._rankings.clear()
             self._timings.clear()
-            self.calls.clear()
+        for listener in _RESET_LISTENERS:
+            listener()
 
 
 def _capture_safe(ranked: list[Ranked]) -> Ranked:
@@ -305,6 +303,14 @@ def _capture_safe(ranked: list[Ranked]) -> Ranked:
 
 _engine: Engine | None = None
 _engine_lock = threading.Lock()
+#: Called after the engine forgets its choices (:meth:`Engine.reset`, :func:`reset`): what a layer above keeps of
+#: them, such as the front end's caches of call routes (:mod:`conv_core.call_cache`), goes too.
+_RESET_LISTENERS: list[Callable[[], None]] = []
+
+
+def on_reset(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` whenever the engine's choices are forgotten (the engine knows nothing of its users)."""
+    _RESET_LISTENERS.append(listener)
 
 
 def get_engine() -> Engine:
@@ -322,4 +328,5 @@ def reset() -> None:
     global _engine
     with _engine_lock:
         _engine = None
-    invalidate_memos()
+    for listener in _RESET_LISTENERS:
+        listener()

@@ -22,12 +22,11 @@ import dataclasses
 
 import torch
 
-from . import activations
+from . import activations, call_cache
 from . import engine as engine_module
 from .call import ConvArgs, autocast_operands, check_call
 from .call_cache import EagerKey
 from .dispatch import call_backward_ops, traced_call, traced_transposed_call
-from .engine import get_engine
 from .problem import dtype_name, torch_dtype
 from .routes import CONV, Route, backward_data, backward_weight, bias_grad, build_route, cacheable, pre_activation_grad
 from .transposed import TransposedArgs
@@ -135,7 +134,8 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
     except AttributeError:
         raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and "
                         f"{type(weight).__name__}") from None
-    routes = (engine_module._engine or get_engine()).calls.eager
+    owner, caches = call_cache.CURRENT
+    routes = (caches if owner is engine_module._engine else call_cache.calls()).eager
     try:
         route = routes.get(key)
     except TypeError:  # an argument given as a list
@@ -173,7 +173,7 @@ def direct_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, str
                      bias is None, needs_grad, _deterministic(), ndim, stride, padding, dilation, groups,
                      activation, out_dtype, backend)
     try:
-        route = (engine_module._engine or get_engine()).calls.eager.get(key)
+        route = call_cache.calls().eager.get(key)
     except TypeError:  # an argument given as a list
         return None
     return route if route is not None and route.native else None
@@ -190,7 +190,7 @@ def direct_transposed_route(ndim: int, input: torch.Tensor, weight: torch.Tensor
                      bias is None, needs_grad, _deterministic(), ndim, stride, padding, output_padding, groups,
                      dilation, activation, out_dtype, backend)
     try:
-        route = (engine_module._engine or get_engine()).calls.transposed.get(key)
+        route = call_cache.calls().transposed.get(key)
     except TypeError:  # an argument given as a list
         return None
     return route if type(route) is TransposedRoute and route.direct and route.cast is None else None
@@ -272,7 +272,8 @@ def transposed_convolution(ndim: int, input, weight, bias, stride, padding, outp
     except AttributeError:
         raise TypeError(f"input and weight must be tensors, not {type(input).__name__} and "
                         f"{type(weight).__name__}") from None
-    routes = (engine_module._engine or get_engine()).calls.transposed
+    owner, caches = call_cache.CURRENT
+    routes = (caches if owner is engine_module._engine else call_cache.calls()).transposed
     try:
         route = routes.get(key)
     except TypeError:  # an argument given as a list

@@ -26,9 +26,8 @@ import torch.nn.functional as F
 
 from . import activations
 from .call import ConvArgs, check_call
-from .call_cache import TracedKey
+from .call_cache import TracedKey, calls
 from .dispatch import call_backward_ops, op_args, op_operands, transposed_op_args
-from .engine import get_engine
 from .layout import detect_layout, empty_strided_for
 from .problem import ConvProblem, torch_dtype
 from .transposed import TransposedArgs
@@ -177,7 +176,7 @@ def _route_wins(args, input: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     needs_grad = _needs_grad(input, weight, bias)
     key = TracedKey(args, tuple(input.shape), input.stride(), input.dtype, str(input.device), tuple(weight.shape),
                     None if bias is None else bias.dtype, needs_grad, torch.are_deterministic_algorithms_enabled())
-    traced = get_engine().calls.traced
+    traced = calls().traced
     wins = traced.get(key)
     if wins is None:
         wins = traced[key] = not route_of(needs_grad).direct

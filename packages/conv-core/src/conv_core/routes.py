@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from . import activations
 from .arch import device_arch
 from .call import ConvArgs, problem_of_call
-from .call_cache import BackwardKey, OpKey
+from .call_cache import BackwardKey, OpKey, calls
 from .engine import ANY_BACKEND, NoCandidateError, get_engine
 from .problem import ConvProblem, dtype_name, torch_dtype
 from .layout import detect_layout, is_dense_in, to_layout
@@ -159,18 +159,18 @@ def _run_direction(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape
                    args: ConvArgs, ranking: Ranking | None = None) -> torch.Tensor:
     """``direction``'s result from its two operands, cast to the problem's dtype and dense in ``layout``.
 
-    Without a ``ranking`` the problem is ranked once and kept in the engine's backward cache.
+    Without a ``ranking`` the problem is ranked once and kept in the backward cache (:mod:`conv_core.call_cache`).
     """
     engine = get_engine()
     if ranking is None:
         dtype = dtype_name(b.dtype if direction == "bwd_data" else a.dtype)
         key = BackwardKey(direction, args, tuple(input_shape), tuple(weight_shape), dtype, layout, a.device,
                           torch.are_deterministic_algorithms_enabled())
-        ranking = engine.calls.backward.get(key)
+        kept = calls().backward
+        ranking = kept.get(key)
         if ranking is None:
             problem = args.problem(direction, input_shape, weight_shape, dtype, layout, False, device_arch(a.device))
-            ranking = rank_direction(problem, a.device, args.backend, True)
-            engine.calls.backward[key] = ranking
+            ranking = kept[key] = rank_direction(problem, a.device, args.backend, True)
     dtype = torch_dtype(ranking.problem.dtype)
     if a.dtype is not dtype:
         a = a.to(dtype)
@@ -215,7 +215,7 @@ def bias_grad(grad_pre: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
 
 def forward(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, args: ConvArgs) -> torch.Tensor:
     """The forward convolution for normalised arguments (the opaque custom op's body); no autograd."""
-    routes = get_engine().calls.op_routes
+    routes = calls().op_routes
     key = OpKey(args, x.shape, x.stride(), x.dtype, x.device, w.shape, w.dtype, None if bias is None else bias.dtype,
                 torch.are_deterministic_algorithms_enabled())
     route = routes.get(key)

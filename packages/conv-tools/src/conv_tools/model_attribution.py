@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 import torch
+from conv_core.call_cache import calls
 from conv_core.layout import detect_layout
 from conv_core.problem import torch_dtype
 from torch import nn
@@ -257,10 +258,8 @@ def describe(record: dict, count: int = 8) -> list[str]:
 
 def route_kinds() -> dict[str, str]:
     """Problem key -> ``direct`` or ``engine``, for every route the engine decided so far."""
-    import conv_core
-
     return {route.problem.key: "direct" if route.direct else "engine"
-            for route in conv_core.get_engine().calls.routes() if hasattr(route, "problem")}
+            for route in calls().routes() if hasattr(route, "problem")}
 
 
 def attribute_mode(mode: str, base: nn.Module, x: torch.Tensor, config, picks: dict | None = None, *,
