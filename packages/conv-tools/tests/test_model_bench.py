@@ -2,6 +2,7 @@
 
 import json
 import math
+import copy
 import sys
 
 import pytest
@@ -289,6 +290,48 @@ def test_in_code_models_run_on_meta():
     assert _meta_output("unet_like", 2).shape == (2, 4, 64, 64)
     assert [t.shape for t in _meta_output("yolo_like")] == [(1, 255, 80, 80), (1, 255, 40, 40), (1, 255, 20, 20)]
     assert _meta_output("transposed_decoder").shape == (1, 21, 512, 512)
+    assert _meta_output("video_vae_decoder").shape == (1, 3, 12, 256, 256)
+    assert _meta_output("vocoder_generator", 2).shape == (2, 1, 256 * 256)
+
+
+def test_the_video_decoders_convolutions_see_no_later_frame():
+    """Causal 3D convolutions and the time upsampling: changing the last input frame changes only the output
+    frames it upsamples to."""
+    from conv_tools.bench_nets import CausalConv3d, _VideoUpsample
+
+    torch.manual_seed(0)
+    stack = nn.Sequential(CausalConv3d(4, 8), _VideoUpsample(8, time=2), CausalConv3d(8, 3)).double()
+    z = torch.randn(1, 4, 3, 4, 4, dtype=torch.float64)
+    later = z.clone()
+    later[:, :, -1] += 1.0
+    with torch.no_grad():
+        before, after = stack(z), stack(later)
+    assert before.shape == (1, 3, 6, 8, 8)
+    torch.testing.assert_close(after[:, :, :4], before[:, :, :4])  # frames 0-3 come from input frames 0-1
+    assert not torch.allclose(after[:, :, 4:], before[:, :, 4:])
+
+
+@pytest.mark.parametrize("build, shape", [
+    (lambda: bench_nets.VideoVAEDecoder(latent=4, channels=(32, 32), time_ups=1), (2, 4, 2, 4, 4)),
+    (lambda: bench_nets.VocoderGenerator(mels=8, width=16, strides=(4, 2), kernels=(3, 5)), (2, 8, 6)),
+])
+def test_the_new_kinds_models_convert_and_match_plain_pytorch(build, shape):
+    """Converted, each of their convolutions (3D causal, transposed 1D k = 2 x stride, dilated 1D) runs through
+    conv-core and the model's output is plain PyTorch's, forward and gradients, in float64."""
+    torch.manual_seed(0)
+    plain = build().double()
+    converted = conv_core.convert(copy.deepcopy(plain))
+    kinds = {type(m).__name__ for m in converted.modules() if type(m).__module__ == "conv_core.nn"}
+    assert kinds in ({"Conv3d"}, {"Conv1d", "ConvTranspose1d"})
+    assert not [m for m in converted.modules() if type(m).__module__.startswith("torch.nn.modules.conv")]
+    x = torch.randn(shape, dtype=torch.float64)
+    expected, got = plain(x), converted(x)
+    torch.testing.assert_close(got, expected)
+    grad = torch.randn_like(expected)
+    expected.backward(grad)
+    got.backward(grad)
+    for (name, p), q in zip(plain.named_parameters(), converted.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, msg=name)
 
 
 def test_the_decoders_transposed_layers_are_ranked_in_their_own_directions():

@@ -93,16 +93,23 @@ _SPECS = (
     ModelSpec("transposed_decoder", bench_nets.TransposedDecoder, (2048, 16, 16), 8,
               "a segmentation decoder upsampling a 2048x16x16 map by ConvTranspose2d k2 s2 stages (each then two "
               "3x3 conv + BN + ReLU, 512 to 64 channels) and a k4 s2 p1 ConvTranspose2d head to 21x512x512"),
+    ModelSpec("video_vae_decoder", bench_nets.VideoVAEDecoder, (16, 3, 32, 32), 1,
+              "a video VAE's decoder of causal 3D convolutions: a 16x3x32x32 latent clip to 3x12x256x256 frames "
+              "(512 to 128 channels, 2x upsampling in height and width, 2x in time twice)"),
+    ModelSpec("vocoder_generator", bench_nets.VocoderGenerator, (80, 256), 4,
+              "a neural vocoder's generator (HiFi-GAN V1's layout): 80x256 mel frames to 65,536 samples by "
+              "ConvTranspose1d k16 s8, k16 s8, k4 s2, k4 s2 and dilated 1D residual blocks (kernels 3, 7, 11)"),
 )
 MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in _SPECS}
 
 #: The real-model benchmark's model set (issue 21), whose geomeans the targets are judged on.
 HEADLINE_MODELS = ("resnet50", "convnext_tiny", "mobilenet_v3_large", "efficientnet_b0", "retinanet",
                    "sd_vae_decoder")
-#: The convolution kinds beyond the 2D dense and depthwise ones of the headline set: 3D (video), transposed
-#: (a decoder) and grouped (ResNeXt). Their real-model runs are reported beside the headline models, with
-#: their own geomean, and are not part of the headline targets.
-NEW_KIND_MODELS = ("r2plus1d_18", "transposed_decoder", "resnext50_32x4d")
+#: The convolution kinds beyond the 2D dense and depthwise ones of the headline set: 3D (a video classifier and
+#: a video VAE decoder), transposed (a segmentation decoder, a vocoder's 1D upsampling) and grouped (ResNeXt).
+#: Their real-model runs are reported beside the headline models, with their own geomean, and are not part of
+#: the headline targets.
+NEW_KIND_MODELS = ("r2plus1d_18", "transposed_decoder", "resnext50_32x4d", "video_vae_decoder", "vocoder_generator")
 #: The models a CPU runs in about a minute per mode (``conv-core bench --model`` says so in its help).
 CPU_MODELS = ("tiny",)
 #: Models whose convolutions are in no shipped suite: the held-out set of the ranking benchmark.

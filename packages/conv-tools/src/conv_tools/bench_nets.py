@@ -6,6 +6,8 @@
   detector, for judging the ranking on shapes no shipped suite holds;
 - :class:`TransposedDecoder`: a segmentation decoder that upsamples by transposed convolutions;
 - :class:`DCGANGenerator`: a GAN generator, a stack of k4 s2 transposed convolutions from a latent vector;
+- :class:`VideoVAEDecoder`: a video VAE's decoder, built from causal 3D convolutions;
+- :class:`VocoderGenerator`: a neural vocoder's generator, transposed 1D upsampling and dilated 1D residual blocks;
 - :class:`BackboneAndHead`: a detector's backbone followed by its head on the feature maps, so a
   detector's convolutions run without its box decoding and post-processing.
 """
@@ -249,6 +251,133 @@ class DCGANGenerator(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.net(z)
+
+
+# ---- a video VAE decoder: causal 3D convolutions ---------------------------------------------------------
+
+
+class CausalConv3d(nn.Module):
+    """A 3D convolution that sees no later frame: the time axis is padded in front only, with ``kernel - 1``
+    copies of the first frame; height and width are zero-padded by the convolution, as usual."""
+
+    def __init__(self, cin: int, cout: int, kernel: int = 3) -> None:
+        super().__init__()
+        self.front = kernel - 1
+        self.conv = nn.Conv3d(cin, cout, kernel, padding=(0, kernel // 2, kernel // 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.pad(x, (0, 0, 0, 0, self.front, 0), mode="replicate"))
+
+
+class CausalResnetBlock(nn.Module):
+    """:class:`ResnetBlock` in 3D with causal convolutions (GroupNorm + SiLU + causal 3x3x3, twice; a 1x1x1
+    shortcut where the channel count changes)."""
+
+    def __init__(self, cin: int, cout: int, groups: int = 32) -> None:
+        super().__init__()
+        self.norm1, self.conv1 = nn.GroupNorm(groups, cin, eps=1e-6), CausalConv3d(cin, cout)
+        self.norm2, self.conv2 = nn.GroupNorm(groups, cout, eps=1e-6), CausalConv3d(cout, cout)
+        self.conv_shortcut = nn.Conv3d(cin, cout, 1) if cin != cout else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv2(F.silu(self.norm2(self.conv1(F.silu(self.norm1(x))))))
+        return h + (x if self.conv_shortcut is None else self.conv_shortcut(x))
+
+
+class VideoVAEDecoder(nn.Module):
+    """A video VAE's decoder: a latent clip (16 x 3 x 32 x 32 by default) to frames (3 x 12 x 256 x 256).
+
+    The layout of the causal video VAEs of video diffusion models: a causal 3x3x3 ``conv_in``, a mid block of
+    two causal resnet blocks, then up stages of 512, 256, 128, 128 channels (two causal resnet blocks each);
+    after each of the first three, nearest upsampling (2x in height and width, and 2x in time after the first
+    two) and a causal 3x3x3 convolution. GroupNorm + SiLU + a causal ``conv_out`` to RGB. No attention (it
+    holds no convolution). Every convolution is 3D and sees no later frame (the GroupNorms normalise over the
+    whole clip, as in those models).
+    """
+
+    def __init__(self, latent: int = 16, channels: tuple[int, ...] = (512, 256, 128, 128),
+                 time_ups: int = 2) -> None:
+        super().__init__()
+        self.conv_in = CausalConv3d(latent, channels[0])
+        self.mid = nn.Sequential(CausalResnetBlock(channels[0], channels[0]),
+                                 CausalResnetBlock(channels[0], channels[0]))
+        stages, cin = [], channels[0]
+        for i, cout in enumerate(channels):
+            stage = [CausalResnetBlock(cin, cout), CausalResnetBlock(cout, cout)]
+            if i < len(channels) - 1:
+                stage.append(_VideoUpsample(cout, time=2 if i < time_ups else 1))
+            stages.append(nn.Sequential(*stage))
+            cin = cout
+        self.stages = nn.Sequential(*stages)
+        self.norm_out = nn.GroupNorm(32, channels[-1], eps=1e-6)
+        self.conv_out = CausalConv3d(channels[-1], 3)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        h = self.stages(self.mid(self.conv_in(z)))
+        return self.conv_out(F.silu(self.norm_out(h)))
+
+
+class _VideoUpsample(nn.Module):
+    """Nearest upsampling by ``time`` x 2 x 2, then a causal 3x3x3 convolution."""
+
+    def __init__(self, channels: int, time: int) -> None:
+        super().__init__()
+        self.scale = (float(time), 2.0, 2.0)
+        self.conv = CausalConv3d(channels, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.interpolate(x, scale_factor=self.scale, mode="nearest"))
+
+
+# ---- a neural vocoder's generator: transposed 1D upsampling, dilated 1D residual blocks -----------------
+
+
+class DilatedResBlock1d(nn.Module):
+    """For each dilation: LeakyReLU, a dilated ``kernel`` convolution, LeakyReLU, an undilated one, added back
+    to the input (lengths kept by "same" padding)."""
+
+    def __init__(self, channels: int, kernel: int, dilations: tuple[int, ...] = (1, 3, 5)) -> None:
+        super().__init__()
+        self.dilated = nn.ModuleList(nn.Conv1d(channels, channels, kernel, dilation=d, padding=d * (kernel - 1) // 2)
+                                     for d in dilations)
+        self.plain = nn.ModuleList(nn.Conv1d(channels, channels, kernel, padding=(kernel - 1) // 2)
+                                   for _ in dilations)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for dilated, plain in zip(self.dilated, self.plain):
+            x = x + plain(F.leaky_relu(dilated(F.leaky_relu(x, 0.1)), 0.1))
+        return x
+
+
+class VocoderGenerator(nn.Module):
+    """A neural vocoder's generator (the layout of HiFi-GAN's V1): a mel spectrogram (80 x T) to a waveform
+    (1 x 256 T).
+
+    A 7-tap ``conv_pre`` to 512 channels; four upsampling stages by ``ConvTranspose1d`` with kernel twice the
+    stride (strides 8, 8, 2, 2: kernels 16, 16, 4, 4), halving the channels, each followed by the mean of
+    dilated residual blocks of kernels 3, 7 and 11 (dilations 1, 3, 5); LeakyReLU, a 7-tap ``conv_post`` to
+    one channel, tanh. Most of its time is 1D convolutions on long sequences.
+    """
+
+    def __init__(self, mels: int = 80, width: int = 512, strides: tuple[int, ...] = (8, 8, 2, 2),
+                 kernels: tuple[int, ...] = (3, 7, 11)) -> None:
+        super().__init__()
+        self.conv_pre = nn.Conv1d(mels, width, 7, padding=3)
+        self.ups, self.blocks = nn.ModuleList(), nn.ModuleList()
+        channels = width
+        for stride in strides:
+            self.ups.append(nn.ConvTranspose1d(channels, channels // 2, 2 * stride, stride=stride,
+                                               padding=stride // 2))
+            channels //= 2
+            self.blocks.append(nn.ModuleList(DilatedResBlock1d(channels, k) for k in kernels))
+        self.conv_post = nn.Conv1d(channels, 1, 7, padding=3)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        x = self.conv_pre(mel)
+        for up, blocks in zip(self.ups, self.blocks):
+            x = up(F.leaky_relu(x, 0.1))
+            x = sum(block(x) for block in blocks) / len(blocks)
+        return torch.tanh(self.conv_post(F.leaky_relu(x, 0.1)))
 
 
 class BackboneAndHead(nn.Module):
