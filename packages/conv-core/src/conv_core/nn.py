@@ -77,10 +77,10 @@ class _ConvCoreMixin:
         costs more in a model, its data cold in the CPU's caches, than in a loop over one layer).
 
         The memo of direct routes (``_memos``: per gradient mode, input shape and strides to the route and what
-        else pins it)
-        is made after a call that went the full way (:meth:`_remember`) and forgotten when the engine's choices
-        may change (:data:`conv_core.call_cache.GENERATION`), the module is moved or cast, or an attribute of
-        :data:`ROUTE_ATTRIBUTES` is set. Dynamo and autocast take the full way, which checks for them."""
+        else pins it) is made after a call that went the full way (:meth:`_remember`) and forgotten when the
+        engine's choices may change (:data:`conv_core.call_cache.GENERATION`), the module is moved or cast, or an
+        attribute of :data:`ROUTE_ATTRIBUTES` is set. Dynamo and autocast take the full way, which checks for
+        them."""
         if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
                 or _module._global_forward_pre_hooks or _module._global_forward_hooks
                 or _module._global_backward_pre_hooks or _module._global_backward_hooks
@@ -106,8 +106,8 @@ class _ConvCoreMixin:
         return y
 
     #: per gradient mode (False, True): (input shape, strides) -> (route, weight, bias, input dtype, device,
-    #: deterministic), or None where the route is not direct; then the generation they were made under. The
-    #: first of each shape and strides is kept (another dtype or device takes the full way).
+    #: deterministic), or None where the route is not direct; then the generation they were made under. A direct
+    #: entry that stops matching (another dtype, device or parameter) is replaced by the next full call's.
     _memos: tuple[dict, dict, int] | None = None
 
     def _remember(self, x) -> None:
