@@ -386,3 +386,22 @@ def test_a_module_whose_layer_a_plugin_wins_runs_it_every_call(tmp_path, monkeyp
         for _ in range(3):
             torch.testing.assert_close(mine(x), ref(x))
     assert backend.runs == ["fwd"] * 3 and len(full_way) == 3
+
+
+def test_a_modules_memo_under_autocast_is_keyed_by_the_autocast_dtype(full_way):
+    """Under autocast the memo holds routes per autocast dtype: float64 operands (which autocast leaves alone)
+    take the full way once inside autocast and once outside, then the memo; float32 ones give torch's bf16."""
+    ref, mine = _pair(2, in_channels=4, out_channels=8, kernel_size=3, padding=1)
+    x = torch.randn(2, 4, 9, 9, dtype=torch.float64)
+    with torch.no_grad():
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                torch.testing.assert_close(mine(x), ref(x))
+            torch.testing.assert_close(mine(x), ref(x))
+    assert len(full_way) == 2
+    ref, mine = ref.float(), mine.float()
+    for _ in range(3):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y_ref, y_mine = ref(x.float()), mine(x.float())
+        assert y_mine.dtype == y_ref.dtype == torch.bfloat16
+        torch.testing.assert_close(y_mine, y_ref)

@@ -77,6 +77,19 @@ def out_dtype_name(out_dtype) -> str | None:
         raise ConvArgumentError(f"out_dtype={out_dtype!r}: {exc}") from None
 
 
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype autocast gives a convolution's floating operands on ``device``, or None where it is off there."""
+    device_type = device.type
+    if device_type not in AUTOCAST_DEVICES or not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type)
+
+
+def autocast_cast(dtype: torch.dtype, amp: torch.dtype | None) -> torch.dtype:
+    """What autocast (to ``amp``, None: off) makes of an operand of ``dtype``: float64 and integers are left alone."""
+    return amp if amp is not None and dtype.is_floating_point and dtype != torch.float64 else dtype
+
+
 def autocast_operands(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
     """The operands as autocast gives them to ``F.conv*d``: float32/16 cast to the autocast dtype.
 
@@ -84,14 +97,12 @@ def autocast_operands(input: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     a model under ``torch.autocast`` would compute in float32 where PyTorch's
     convolution runs in bf16/fp16. float64 is left alone, as autocast does.
     """
-    device_type = input.device.type
-    if device_type not in AUTOCAST_DEVICES or not torch.is_autocast_enabled(device_type):
+    amp = autocast_dtype(input.device)
+    if amp is None:
         return input, weight, bias
-    dtype = torch.get_autocast_dtype(device_type)
 
     def cast(t: torch.Tensor | None) -> torch.Tensor | None:
-        eligible = t is not None and t.is_floating_point() and t.dtype != torch.float64
-        return t.to(dtype) if eligible else t
+        return t if t is None or autocast_cast(t.dtype, amp) is t.dtype else t.to(amp)
 
     return cast(input), cast(weight), cast(bias)
 

@@ -24,7 +24,7 @@ import torch
 
 from . import activations, call_cache
 from . import engine as engine_module
-from .call import ConvArgs, autocast_operands, check_call
+from .call import ConvArgs, autocast_cast, autocast_operands, check_call
 from .call_cache import EagerKey
 from .dispatch import call_backward_ops, traced_call, traced_transposed_call
 from .problem import dtype_name, torch_dtype
@@ -161,17 +161,18 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
 
 
 def direct_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding, dilation, groups,
-                 activation, out_dtype, backend, needs_grad: bool) -> Route | None:
+                 activation, out_dtype, backend, needs_grad: bool, amp: torch.dtype | None = None) -> Route | None:
     """The route the engine keeps for this eager call if it is ``F.conv*d`` itself (*native*), else None.
 
     A converted module asks after a call that went the full way, and then calls ``F.conv*d`` itself while its
-    input keeps the signature (:class:`conv_core.nn.Conv2d`): the key below is :func:`convolution`'s.
+    input keeps the signature (:class:`conv_core.nn.Conv2d`): the key below is :func:`convolution`'s, with the
+    dtypes autocast (to ``amp``) gave the operands.
     """
-    if not INLINE or _compiling() or _any_autocast():
+    if not INLINE or _compiling():
         return None
-    key: EagerKey = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype,
-                     bias is None, needs_grad, _deterministic(), ndim, stride, padding, dilation, groups,
-                     activation, out_dtype, backend)
+    key: EagerKey = (input.shape, input.stride(), autocast_cast(input.dtype, amp), input.device, weight.shape,
+                     autocast_cast(weight.dtype, amp), bias is None, needs_grad, _deterministic(), ndim, stride,
+                     padding, dilation, groups, activation, out_dtype, backend)
     try:
         route = call_cache.calls().eager.get(key)
     except TypeError:  # an argument given as a list
@@ -180,15 +181,15 @@ def direct_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, str
 
 
 def direct_transposed_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding,
-                            output_padding, groups, dilation, activation, out_dtype, backend,
-                            needs_grad: bool) -> TransposedRoute | None:
+                            output_padding, groups, dilation, activation, out_dtype, backend, needs_grad: bool,
+                            amp: torch.dtype | None = None) -> TransposedRoute | None:
     """:func:`direct_route` for a transposed call (the key below is :func:`transposed_convolution`'s): the kept
     route if it is ``F.conv_transpose*d`` itself with nothing after it but its activation."""
-    if not INLINE or _compiling() or _any_autocast():
+    if not INLINE or _compiling():
         return None
-    key: EagerKey = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype,
-                     bias is None, needs_grad, _deterministic(), ndim, stride, padding, output_padding, groups,
-                     dilation, activation, out_dtype, backend)
+    key: EagerKey = (input.shape, input.stride(), autocast_cast(input.dtype, amp), input.device, weight.shape,
+                     autocast_cast(weight.dtype, amp), bias is None, needs_grad, _deterministic(), ndim, stride,
+                     padding, output_padding, groups, dilation, activation, out_dtype, backend)
     try:
         route = call_cache.calls().transposed.get(key)
     except TypeError:  # an argument given as a list

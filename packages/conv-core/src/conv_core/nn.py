@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from . import activations, functional
+from .call import autocast_dtype
 from .call_cache import GENERATION
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
@@ -79,35 +80,36 @@ class _ConvCoreMixin:
         The memo of direct routes (``_memos``: per gradient mode, input shape and strides to the route and what
         else pins it) is made after a call that went the full way (:meth:`_remember`) and forgotten when the
         engine's choices may change (:data:`conv_core.call_cache.GENERATION`), the module is moved or cast, or an
-        attribute of :data:`ROUTE_ATTRIBUTES` is set. Dynamo and autocast take the full way, which checks for
-        them."""
+        attribute of :data:`ROUTE_ATTRIBUTES` is set. Dynamo takes the full way, which checks for it; under
+        autocast the memo is keyed by the autocast dtype too, and ``torch.conv*d`` casts as the full way did."""
         if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
                 or _module._global_forward_pre_hooks or _module._global_forward_hooks
                 or _module._global_backward_pre_hooks or _module._global_backward_hooks
                 or self._compiled_call_impl is not None or _tracing_state()):
             return _module_call(self, *args, **kwargs)
         memos = self._memos
-        if (memos is not None and memos[2] == GENERATION[0] and len(args) == 1 and not kwargs and not _compiling()
-                and not _any_autocast()):
+        if memos is not None and memos[2] == GENERATION[0] and len(args) == 1 and not kwargs and not _compiling():
             x, parameters = args[0], self._parameters
             weight, bias = parameters.get("weight"), parameters.get("bias")
             if type(x) is _Tensor and weight is not None:
                 needs_grad = _grad_enabled() and (
                     x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
-                memo = memos[needs_grad].get((x.shape, x.stride()))
+                amp = autocast_dtype(x.device) if _any_autocast() else None
+                memo = memos[needs_grad].get((x.shape, x.stride(), amp))
                 if (memo is not None and memo[1] is weight and memo[2] is bias and memo[3] is x.dtype
                         and memo[4] == x.device and memo[5] is _deterministic()):
-                    route = memo[0]
+                    route = memo[0]  # under autocast, torch.conv*d casts the operands as the full way did
                     y = route.conv(x, weight, bias, *route.conv_args)
                     return y if route.activation is None else route.activation(y)
         y = self.forward(*args, **kwargs)
-        if len(args) == 1 and not kwargs and not _any_autocast():
+        if len(args) == 1 and not kwargs:
             self._remember(args[0])
         return y
 
-    #: per gradient mode (False, True): (input shape, strides) -> (route, weight, bias, input dtype, device,
-    #: deterministic), or None where the route is not direct; then the generation they were made under. A direct
-    #: entry that stops matching (another dtype, device or parameter) is replaced by the next full call's.
+    #: per gradient mode (False, True): (input shape, strides, autocast dtype or None) -> (route, weight, bias,
+    #: input dtype, device, deterministic), or None where the route is not direct; then the generation they were
+    #: made under. A direct entry that stops matching (another dtype, device or parameter) is replaced by the next
+    #: full call's.
     _memos: tuple[dict, dict, int] | None = None
 
     def _remember(self, x) -> None:
@@ -123,16 +125,19 @@ class _ConvCoreMixin:
         if memos is None or memos[2] != GENERATION[0]:
             memos = self.__dict__["_memos"] = ({}, {}, GENERATION[0])
         memo = memos[needs_grad]
-        signature = (x.shape, x.stride())
+        amp = autocast_dtype(x.device) if _any_autocast() else None
+        signature = (x.shape, x.stride(), amp)
         if memo.get(signature, 0) is None or (signature not in memo and len(memo) >= MAX_MEMOS):
             return  # known not to be direct, or no room; a direct one that no longer matches is replaced
-        route = self._direct_route(x, weight, bias, needs_grad)
+        route = self._direct_route(x, weight, bias, needs_grad, amp)
         memo[signature] = None if route is None else (route, weight, bias, x.dtype, x.device, _deterministic())
 
-    def _direct_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool):
-        """The engine's kept route of a one-argument call on ``x`` if ``F.conv*d`` runs it, else None."""
+    def _direct_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool,
+                      amp: torch.dtype | None):
+        """The engine's kept route of a one-argument call on ``x`` (under autocast to ``amp``) if ``F.conv*d``
+        runs it, else None."""
         return functional.direct_route(self._ndim, x, weight, bias, self.stride, self.padding, self.dilation,
-                                       self.groups, self.activation, self.out_dtype, self.backend, needs_grad)
+                                       self.groups, self.activation, self.out_dtype, self.backend, needs_grad, amp)
 
     def _forget_routes(self) -> None:
         self.__dict__.pop("_memos", None)
@@ -204,12 +209,13 @@ class _TransposedMixin(_ConvCoreMixin):
     ``zeros``, and so do these. A call given ``output_size`` takes the full way (the memo's routes are for the
     module's own ``output_padding``)."""
 
-    def _direct_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool):
+    def _direct_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool,
+                      amp: torch.dtype | None):
         output_padding = self._output_padding(x, None, self.stride, self.padding, self.kernel_size, self._ndim,
                                               self.dilation)
         return functional.direct_transposed_route(self._ndim, x, weight, bias, self.stride, self.padding,
                                                   output_padding, self.groups, self.dilation, self.activation,
-                                                  self.out_dtype, self.backend, needs_grad)
+                                                  self.out_dtype, self.backend, needs_grad, amp)
 
     def forward(self, input: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         if self.padding_mode != "zeros":
