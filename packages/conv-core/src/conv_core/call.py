@@ -77,6 +77,11 @@ def out_dtype_name(out_dtype) -> str | None:
         raise ConvArgumentError(f"out_dtype={out_dtype!r}: {exc}") from None
 
 
+def needs_grad(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether a call records autograd: grad mode on and an operand that requires a gradient."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias))
+
+
 def autocast_dtype(device: torch.device) -> torch.dtype | None:
     """The dtype autocast gives a convolution's floating operands on ``device``, or None where it is off there."""
     device_type = device.type

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from . import activations, functional
-from .call import autocast_dtype
+from .call import autocast_dtype, needs_grad
 from .call_cache import GENERATION
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
@@ -35,6 +35,7 @@ _tracing_state = torch._C._get_tracing_state
 _Tensor = torch.Tensor
 _compiling, _any_autocast = functional._compiling, functional._any_autocast
 _grad_enabled, _deterministic = functional._grad_enabled, functional._deterministic
+_UNSEEN = object()  # a signature the memo has no word on
 
 
 def _weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -92,11 +93,13 @@ class _ConvCoreMixin:
             x, parameters = args[0], self._parameters
             weight, bias = parameters.get("weight"), parameters.get("bias")
             if type(x) is _Tensor and weight is not None:
-                needs_grad = _grad_enabled() and (
+                grad = _grad_enabled() and (  # needs_grad() inline: this is every call's path
                     x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
                 amp = autocast_dtype(x.device) if _any_autocast() else None
-                memo = memos[needs_grad].get((x.shape, x.stride(), amp))
-                if (memo is not None and memo[1] is weight and memo[2] is bias and memo[3] is x.dtype
+                memo = memos[grad].get((x.shape, x.stride(), amp), _UNSEEN)
+                if memo is None:  # known not to be direct: the full way, with nothing to remember
+                    return self.forward(x)
+                if (memo is not _UNSEEN and memo[1] is weight and memo[2] is bias and memo[3] is x.dtype
                         and memo[4] == x.device and memo[5] is _deterministic()):
                     route = memo[0]  # under autocast, torch.conv*d casts the operands as the full way did
                     y = route.conv(x, weight, bias, *route.conv_args)
@@ -119,17 +122,16 @@ class _ConvCoreMixin:
         if (type(x) is not _Tensor or weight is None or "bias" not in parameters or self.padding_mode != "zeros"
                 or _compiling()):
             return
-        needs_grad = _grad_enabled() and (
-            x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+        grad = needs_grad(x, weight, bias)
         memos = self._memos
         if memos is None or memos[2] != GENERATION[0]:
             memos = self.__dict__["_memos"] = ({}, {}, GENERATION[0])
-        memo = memos[needs_grad]
-        amp = autocast_dtype(x.device) if _any_autocast() else None
+        memo = memos[grad]
+        amp = autocast_dtype(x.device)
         signature = (x.shape, x.stride(), amp)
         if memo.get(signature, 0) is None or (signature not in memo and len(memo) >= MAX_MEMOS):
             return  # known not to be direct, or no room; a direct one that no longer matches is replaced
-        route = self._direct_route(x, weight, bias, needs_grad, amp)
+        route = self._direct_route(x, weight, bias, grad, amp)
         memo[signature] = None if route is None else (route, weight, bias, x.dtype, x.device, _deterministic())
 
     def _direct_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool,

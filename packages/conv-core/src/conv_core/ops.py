@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from . import activations
-from .call import ConvArgs, check_call
+from .call import ConvArgs, check_call, needs_grad
 from .call_cache import TracedKey, calls
 from .dispatch import call_backward_ops, op_args, op_operands, transposed_op_args
 from .layout import detect_layout, empty_strided_for
@@ -173,13 +173,13 @@ def _route_wins(args, input: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
         return False
     if input.numel() == 0 or weight.numel() == 0:
         return False
-    needs_grad = _needs_grad(input, weight, bias)
+    grad = needs_grad(input, weight, bias)
     key = TracedKey(args, tuple(input.shape), input.stride(), input.dtype, str(input.device), tuple(weight.shape),
-                    None if bias is None else bias.dtype, needs_grad, torch.are_deterministic_algorithms_enabled())
+                    None if bias is None else bias.dtype, grad, torch.are_deterministic_algorithms_enabled())
     traced = calls().traced
     wins = traced.get(key)
     if wins is None:
-        wins = traced[key] = not route_of(needs_grad).direct
+        wins = traced[key] = not route_of(grad).direct
     return wins
 
 
@@ -192,15 +192,11 @@ def _plugin_wins(args: ConvArgs, input: torch.Tensor, weight: torch.Tensor, bias
     return _route_wins(args, input, weight, bias, route_of)
 
 
-def _needs_grad(input, weight, bias) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (input, weight, bias))
-
-
 def _conv(input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend):
     args = op_args(stride, padding, dilation, groups, activation, out_dtype, backend)
     if _plugin_wins(args, input, weight, bias):
         # The opaque op's backward reads the activation's derivative off its output (relu, relu6 only).
-        fusable = activation in activations.DERIVATIVE_FROM_OUTPUT or not _needs_grad(input, weight, bias)
+        fusable = activation in activations.DERIVATIVE_FROM_OUTPUT or not needs_grad(input, weight, bias)
         fused = activation if fusable else ""
         y = convolution(input, weight, bias, stride, padding, dilation, groups, fused, out_dtype, backend)
         return y if fused == activation else activations.apply(activation or None, y)
