@@ -159,8 +159,8 @@ def test_launch_arguments_are_checked_on_the_host_and_bound_by_role():
                          maxnreg=128)
     assert launch.options == {"num_warps": 4, "num_stages": 2, "maxnreg": 128}
     assert launch.values == {"N": 10, "BLOCK": 64}
-    x, y = torch.zeros(1), torch.ones(1)
-    assert launch.bind({"a": x, "out": y, "b": y}) == {"x_ptr": x, "y_ptr": y}
+    site = launch.site  # called with the tensors by role, each bound to its parameter
+    assert (site.pointers, site.roles) == (("x_ptr", "y_ptr"), ("a", "out"))
     assert launch.on_grid((132,)).grid == (132,)
     with pytest.raises(TypeError, match=r"\['BLOCK', 'M'\]"):
         make_launch(FakeKernel(), (1,), {"x_ptr": "a", "y_ptr": "out"}, {"N": 1, "M": 2}, {}, 4)

@@ -53,7 +53,9 @@ def test_a_launch_option_may_be_a_kernel_parameter():
                          maxnreg=168, descriptors={"x_desc": "map"})
     assert launch.options == {"num_warps": 4, "maxnreg": 168}  # no num_stages: the compiler's default
     assert launch.values == {"N": 10, "BLOCK": 64} and launch.on_grid((2,)).grid == (2,)
-    assert launch.bind({"a": 1, "out": 2}) == {"x_desc": 1, "y_ptr": 2}
+    site = launch.make_site(lambda name, data: lambda t: (data, t))
+    assert (site.pointers, site.roles) == (("x_desc", "y_ptr"), ("a", "out"))
+    assert site.arguments["x_desc"]("tensor") == ("map", "tensor")
     with pytest.raises(TypeError):  # num_warps given twice (as a constexpr and as the option)
         make_launch(FakeKernel, (4,), {"x_desc": "a", "y_ptr": "out"}, {"N": 10}, {"BLOCK": 64, "num_warps": 4}, 4)
     with pytest.raises(TypeError):

@@ -161,3 +161,17 @@ def test_warmup_compiles_through_the_jit_without_launching():
     assert kernel.jit_calls == [dict(x_ptr=("descriptor of", 1024), out_ptr=out, n=100, scale=3, BLOCK=64,
                                      num_warps=4, grid=(4, 2))]
     assert kernel.launches == []
+
+
+def test_a_site_takes_its_tensors_by_role():
+    """A plan names its tensors by role; the site binds each role to its parameter (two may share one) once."""
+    kernel = _Kernel()
+    site = LaunchSite(kernel, (4, 2), ("x_ptr", "out_ptr"), dict(n=100, scale=3, BLOCK=64), dict(num_warps=4),
+                      roles=("a", "a"))
+    x = _Tensor(1024)
+    for _ in range(2):
+        site({"a": x, "b": _Tensor(4096)})
+    assert kernel.jit_calls[0]["x_ptr"] is x and kernel.jit_calls[0]["out_ptr"] is x
+    assert kernel.launches == [((4, 2, 1), (x, x, 100, 3, 64, True))]
+    with pytest.raises(ValueError, match="2 pointers but 1 roles"):
+        LaunchSite(kernel, (4, 2), ("x_ptr", "out_ptr"), {}, {}, roles=("a",))

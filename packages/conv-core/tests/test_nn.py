@@ -370,7 +370,7 @@ def test_a_modules_memo_is_not_state(full_way):
     assert "_memos" not in mine.__getstate__()
 
 
-def test_a_module_whose_layer_a_plugin_wins_runs_it_every_call(tmp_path, monkeypatch, full_way):
+def test_a_module_whose_layer_a_plugin_wins_runs_the_plugin_from_its_memo(tmp_path, monkeypatch, full_way):
     from fake_backends import AtomicBackend
     from conv_core.call import problem_of_tensors
     from conv_core.testing.fakes import isolate, prove_faster, use_backends
@@ -385,7 +385,15 @@ def test_a_module_whose_layer_a_plugin_wins_runs_it_every_call(tmp_path, monkeyp
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(mine(x), ref(x))
-    assert backend.runs == ["fwd"] * 3 and len(full_way) == 3
+    assert backend.runs == ["fwd"] * 3 and len(full_way) == 1  # then straight from the module's memo
+    backend.runs.clear()
+    for _ in range(3):  # with gradients: through the route's autograd, from a memo of its own
+        _check_forward_and_backward(ref, mine, x)
+    assert backend.runs.count("fwd") == 3 and len(full_way) == 2
+    mine.weight = nn.Parameter(ref.weight.detach() * 2)  # a new parameter: the full way again
+    with torch.no_grad():
+        torch.testing.assert_close(mine(x), ref._conv_forward(x, ref.weight * 2, ref.bias))
+    assert len(full_way) == 3
 
 
 def test_a_modules_memo_under_autocast_is_keyed_by_the_autocast_dtype(full_way):

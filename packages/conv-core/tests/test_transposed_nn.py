@@ -127,3 +127,36 @@ def test_a_module_calls_its_direct_route_itself_unless_given_an_output_size(monk
         for _ in range(2):
             torch.testing.assert_close(mine(x), theirs(x))
         assert len(calls) == 4
+
+
+def test_a_module_runs_an_engine_route_from_its_memo_with_and_without_gradients(monkeypatch):
+    """A route that is not ``F.conv_transpose2d`` itself (here: an output dtype, which the engine's route casts
+    to) runs from the module's memo too after one full call per gradient mode, its result and gradients those
+    of torch's module cast."""
+    from conv_core import functional
+
+    calls, original = [], functional.transposed_convolution
+    monkeypatch.setattr(functional, "transposed_convolution", lambda *args: calls.append(1) or original(*args))
+    torch.manual_seed(0)
+    theirs = nn.ConvTranspose2d(4, 6, 2, stride=2, dtype=torch.float64)
+    mine = cnn.ConvTranspose2d(4, 6, 2, stride=2, dtype=torch.float64, out_dtype=torch.float32)
+    mine.load_state_dict(theirs.state_dict())
+    x = torch.randn(2, 4, 5, 5, dtype=torch.float64)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(mine(x), theirs(x).float())
+    assert len(calls) == 1
+    grad = torch.randn(2, 6, 10, 10)
+    for _ in range(3):
+        x_theirs, x_mine = x.clone().requires_grad_(), x.clone().requires_grad_()
+        theirs.zero_grad(), mine.zero_grad()
+        y = mine(x_mine)
+        assert y.dtype == torch.float32
+        torch.testing.assert_close(y, theirs(x_theirs).float())
+        y.backward(grad)
+        theirs(x_theirs).backward(grad.double())
+        torch.testing.assert_close(x_mine.grad, x_theirs.grad)
+        torch.testing.assert_close(mine.weight.grad, theirs.weight.grad)
+        # the bias gradient sums the float32 output gradient: float32's rounding over 200 terms
+        torch.testing.assert_close(mine.bias.grad, theirs.bias.grad, rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2

@@ -26,10 +26,10 @@ def test_rows_for_torch_the_ranking_and_each_backend(monkeypatch):
     assert record["kind"] == "host" and record["dtype"] == "float32,bfloat16"
     assert record["layer"].startswith("n2 c64 k64 i8x8")
     rows = {(r["dtype"], r["layout"], r["what"], r["label"]): r for r in record["rows"]}
-    assert len(rows) == 2 * 2 * 2 * 5  # dtypes x layouts x (fwd, fwd_bwd) x (torch, ranked, aten, declining, raising)
+    assert len(rows) == 2 * 2 * 3 * 5  # dtypes x layouts x whats x (torch, ranked, aten, declining, raising)
     for dtype in ("float32", "bfloat16"):  # a bf16 call on the CPU takes a path of its own: both are timed
         for layout in ("channels_first", "channels_last"):
-            for what in ("fwd", "fwd_bwd"):
+            for what in ("fwd", "fwd_bwd", "module"):
                 base = rows[(dtype, layout, what, TORCH)]
                 assert base["ratio"] == 1.0 and base["host_us"] > 0 and base["wall_us"] >= base["host_us"]
                 aten = rows[(dtype, layout, what, f"{RANKED}[aten]")]
@@ -61,7 +61,7 @@ def test_the_cli_writes_the_record(capsys, tmp_path):
     assert code == 0 and "host time per call" in out and "conv_core[aten]" in out
     record = json.loads(path.read_text())
     assert record["kind"] == "host" and record["calls"] == 2 and "--host" in record["command"]
-    assert {r["what"] for r in record["rows"]} == {"fwd", "fwd_bwd"} and LAYER == (2, 64, 8, 3)
+    assert {r["what"] for r in record["rows"]} == {"fwd", "fwd_bwd", "module"} and LAYER == (2, 64, 8, 3)
 
 
 class FreeKernel(Plugin):
@@ -91,4 +91,20 @@ def test_the_core_adds_less_host_time_to_a_plugin_call_than_f_conv2d_costs(monke
     assert not failed, failed
     (route,) = call_cache.calls().eager.values()
     assert route.ranking.best.kernel_id == "free:k:c" and not route.direct
+    assert times["core"]["host_us"] <= times[TORCH]["host_us"], times
+
+
+def test_a_converted_module_adds_less_host_time_to_a_plugin_call_than_torchs_module_costs(monkeypatch):
+    """The same bound through the module a converted model calls (its memo runs the kept route itself), against
+    torch's ``nn.Conv2d`` on one pixel."""
+    import conv_core.nn as core_nn
+
+    use_backends(monkeypatch, free=FreeKernel())
+    x = torch.randn(1, 1, 1, 1)
+    theirs = torch.nn.Conv2d(1, 1, 1, bias=False).requires_grad_(False)
+    mine = core_nn.Conv2d(1, 1, 1, bias=False, backend="free").requires_grad_(False)
+    times, failed = per_call_us({TORCH: lambda: theirs(x), "core": lambda: mine(x)}, CPU, calls=300, rounds=9,
+                                warmup=50)
+    assert not failed, failed
+    assert mine._memos[0], "the module runs its kept route itself"
     assert times["core"]["host_us"] <= times[TORCH]["host_us"], times

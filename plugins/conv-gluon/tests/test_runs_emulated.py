@@ -35,23 +35,23 @@ def _matrix(base: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def emulated_forward_site(p: plan.Plan, dtypes, sms):
-    def launch_(tensors):
-        y = tensors["y_ptr"]
+    def launch_(tensors):  # by role, as the sites take them (plans.forward.POINTERS)
+        y = tensors["out"]
         flat = torch.full((y.numel(),), float("nan"), dtype=torch.float64)
-        bias = tensors["bias_ptr"] if dict(p.constexprs)["HAS_BIAS"] else None
-        emulator.launch(p, _storage(tensors["x"]).double(), _matrix(tensors["w_desc"], *p.w_map.shape), bias, flat)
+        bias = tensors["bias"] if dict(p.constexprs)["HAS_BIAS"] else None
+        emulator.launch(p, _storage(tensors["a"]).double(), _matrix(tensors["weight"], *p.w_map.shape), bias, flat)
         _written(flat, y)
     return launch_
 
 
 def emulated_weight_grad_sites(p: plan.WeightGradPlan, dtypes, sms):
-    def units(tensors):
-        target = tensors["out_ptr"]
-        dym = _matrix(tensors["dy_desc"], p.pixels, p.dy_channels)
-        _written(emulator.run_units(p, _storage(tensors["x"]).double(), dym), target)
+    def units(tensors):  # by role (plans.weight_grad.POINTERS)
+        target = tensors["target"]
+        dym = _matrix(tensors["dy"], p.pixels, p.dy_channels)
+        _written(emulator.run_units(p, _storage(tensors["a"]).double(), dym), target)
 
-    def total(tensors):
-        _written(emulator.sum_splits(p, tensors["ws_ptr"].double()), tensors["out_ptr"])
+    def total(tensors):  # plans.weight_grad.SUM_POINTERS
+        _written(emulator.sum_splits(p, tensors["target"].double()), tensors["out"])
     return units, total if p.split else None
 
 

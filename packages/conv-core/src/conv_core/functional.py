@@ -160,13 +160,13 @@ def convolution(ndim: int, input, weight, bias, stride, padding, dilation, group
     return route.run(input, weight, bias)
 
 
-def direct_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding, dilation, groups,
-                 activation, out_dtype, backend, needs_grad: bool, amp: torch.dtype | None = None) -> Route | None:
-    """The route the engine keeps for this eager call if it is ``F.conv*d`` itself (*native*), else None.
-
-    A converted module asks after a call that went the full way, and then calls ``F.conv*d`` itself while its
-    input keeps the signature (:class:`conv_core.nn.Conv2d`): the key below is :func:`convolution`'s, with the
-    dtypes autocast (to ``amp``) gave the operands.
+def memo_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding, dilation, groups,
+               activation, out_dtype, backend, needs_grad: bool, amp: torch.dtype | None = None):
+    """``(route, autograd)`` for a converted module to run this eager call itself while its input keeps the
+    signature (:class:`conv_core.nn.Conv2d`), or None: the route the engine keeps for the call (the key below is
+    :func:`convolution`'s, with the dtypes autocast gave the operands) and the ``torch.autograd.Function`` it runs
+    under, if any (as :func:`convolution` would run it). Under autocast (``amp``) only ``F.conv*d`` itself:
+    ``torch.conv*d`` casts the operands as the full way did, an engine route would need them cast first.
     """
     if not INLINE or _compiling():
         return None
@@ -177,14 +177,15 @@ def direct_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, str
         route = call_cache.calls().eager.get(key)
     except TypeError:  # an argument given as a list
         return None
-    return route if route is not None and route.native else None
+    if route is None or (amp is not None and not route.native):
+        return None
+    return route, _ConvFunction if needs_grad and not route.direct else None
 
 
-def direct_transposed_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding,
-                            output_padding, groups, dilation, activation, out_dtype, backend, needs_grad: bool,
-                            amp: torch.dtype | None = None) -> TransposedRoute | None:
-    """:func:`direct_route` for a transposed call (the key below is :func:`transposed_convolution`'s): the kept
-    route if it is ``F.conv_transpose*d`` itself with nothing after it but its activation."""
+def memo_transposed_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding,
+                          output_padding, groups, dilation, activation, out_dtype, backend, needs_grad: bool,
+                          amp: torch.dtype | None = None):
+    """:func:`memo_route` for a transposed call (the key below is :func:`transposed_convolution`'s)."""
     if not INLINE or _compiling():
         return None
     key: EagerKey = (input.shape, input.stride(), autocast_cast(input.dtype, amp), input.device, weight.shape,
@@ -194,7 +195,9 @@ def direct_transposed_route(ndim: int, input: torch.Tensor, weight: torch.Tensor
         route = call_cache.calls().transposed.get(key)
     except TypeError:  # an argument given as a list
         return None
-    return route if type(route) is TransposedRoute and route.direct and route.cast is None else None
+    if route is None or (amp is not None and not route.native):
+        return None
+    return route, TransposedFunction if needs_grad and not route.direct else None
 
 
 #: Whether :func:`convolution` runs a native route itself; :func:`conv_core.capture_shapes`, which records calls

@@ -56,54 +56,64 @@ def current_stream(index: int) -> int:
 class LaunchSite:
     """Launches ``kernel[grid]`` with the tensors named ``pointers`` bound per call and ``values`` (the
     scalars and constexprs) and ``options`` (``num_warps``, ``num_stages``) fixed; the parameters named in
-    ``arguments`` get what their function builds on their tensor (see the module's docstring)."""
+    ``arguments`` get what their function builds on their tensor (see the module's docstring).
+
+    A call passes the tensors in a mapping keyed by ``roles`` (one per pointer, by default the pointer's own
+    name): a backend's plan names its tensors by role (:mod:`conv_core.kit.launch`), and binding them to
+    parameters here, once, saves building a second mapping on every launch."""
 
     def __init__(self, kernel, grid: tuple[int, ...], pointers: tuple[str, ...], values: Mapping[str, object],
                  options: Mapping[str, object],
-                 arguments: Mapping[str, Callable[[torch.Tensor], object]] | None = None) -> None:
+                 arguments: Mapping[str, Callable[[torch.Tensor], object]] | None = None,
+                 roles: tuple[str, ...] | None = None) -> None:
         self.kernel, self.grid, self.pointers = kernel, grid, pointers
+        self.roles = pointers if roles is None else tuple(roles)
+        if len(self.roles) != len(pointers):
+            raise ValueError(f"{len(pointers)} pointers but {len(self.roles)} roles")
         self.values, self.options = dict(values), dict(options)
         self.arguments = dict(arguments or {})
         self._runners: dict[tuple, object] = {}
 
     def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        """Launch with ``tensors`` (one per name of ``pointers``) on the current device and stream."""
-        bound = [tensors[name] for name in self.pointers]
+        """Launch with ``tensors`` (one per role) on the current device and stream."""
+        bound = [tensors[role] for role in self.roles]
         first = bound[0]
         if not first.is_cuda or jit_only():
-            self._through_jit(self._converted(tensors))
+            self._through_jit(self._converted(bound))
             return
         index = first.get_device()
         key = (index, *[t.dtype for t in bound], *[t.data_ptr() % POINTER_ALIGNMENT == 0 for t in bound])
         runner = self._runners.get(key)
         if runner is None:
-            compiled = self._through_jit(self._converted(tensors))
+            compiled = self._through_jit(self._converted(bound))
             self._runners[key] = _launcher(compiled, self.grid)
             return
         template, slots = self._arguments
         args = template.copy()
-        for position, name, build in slots:
-            args[position] = tensors[name] if build is None else build(tensors[name])
+        for position, slot, build in slots:
+            args[position] = bound[slot] if build is None else build(bound[slot])
         runner(args, index)
 
     def warmup(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        """Compile for tensors like ``tensors`` without launching (Triton's ``warmup``): a later launch finds the
-        kernel in the JIT's cache (and in Triton's on-disk cache, for other processes)."""
-        self.kernel.warmup(**self._converted(tensors), **self.values, **self.options, grid=self.grid)
+        """Compile for tensors like ``tensors`` (one per role) without launching (Triton's ``warmup``): a later
+        launch finds the kernel in the JIT's cache (and in Triton's on-disk cache, for other processes)."""
+        bound = [tensors[role] for role in self.roles]
+        self.kernel.warmup(**self._converted(bound), **self.values, **self.options, grid=self.grid)
 
-    def _converted(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, object]:
-        """The tensor parameters' arguments: each tensor, or what ``arguments`` builds on it."""
-        return {name: self.arguments[name](t) if name in self.arguments else t for name, t in tensors.items()}
+    def _converted(self, bound: list[torch.Tensor]) -> dict[str, object]:
+        """The tensor parameters' arguments by name: each tensor, or what ``arguments`` builds on it."""
+        return {name: self.arguments[name](t) if name in self.arguments else t for name, t in zip(self.pointers, bound)}
 
     def _through_jit(self, tensors: Mapping[str, object]):
         return self.kernel[self.grid](**tensors, **self.values, **self.options)
 
     @functools.cached_property
-    def _arguments(self) -> tuple[list[object], tuple[tuple[int, str, Callable | None], ...]]:
+    def _arguments(self) -> tuple[list[object], tuple[tuple[int, int, Callable | None], ...]]:
         """The compiled kernel's launcher arguments, every kernel parameter in order (defaults filled in), with
-        the tensors' places left to fill: ``(values, ((index, name, builder or None) of each tensor parameter))``."""
+        the tensors' places left to fill: ``(values, ((index, place in the bound tensors, builder or None) of each
+        tensor parameter))``."""
         parameters = list(inspect.signature(self.kernel.fn).parameters.items())
         template = [self.values.get(name, parameter.default) for name, parameter in parameters]
-        slots = tuple((index, name, self.arguments.get(name)) for index, (name, _) in enumerate(parameters)
-                      if name in self.pointers)
+        slots = tuple((index, self.pointers.index(name), self.arguments.get(name))
+                      for index, (name, _) in enumerate(parameters) if name in self.pointers)
         return template, slots

@@ -73,16 +73,19 @@ class _ConvCoreMixin:
 
     def __call__(self, *args, **kwargs):
         """``nn.Module.__call__`` without its two frames where it would only call ``forward``: no hook (the
-        module's or a global one), no ``torch.jit`` trace, no ``module.compile()``. And where the engine runs this
-        call's signature as ``F.conv*d`` itself, that call, straight from here: an eager model calls this once per
-        layer and step, and a host-bound model waits for every microsecond of it (every check the full path makes
-        costs more in a model, its data cold in the CPU's caches, than in a loop over one layer).
+        module's or a global one), no ``torch.jit`` trace, no ``module.compile()``. And the route the engine keeps
+        for this call's signature, run straight from here without building the signature's key: ``F.conv*d``
+        itself where aten won, else the route (a plugin's kernel) as :func:`conv_core.functional.convolution` runs
+        it. An eager model calls this once per layer and step, and a host-bound model waits for every microsecond
+        of it (every check the full path makes costs more in a model, its data cold in the CPU's caches, than in
+        a loop over one layer).
 
-        The memo of direct routes (``_memos``: per gradient mode, input shape and strides to the route and what
-        else pins it) is made after a call that went the full way (:meth:`_remember`) and forgotten when the
+        The memo of routes (``_memos``: per gradient mode, input shape and strides to the route and what else
+        pins it) is made after a call that went the full way (:meth:`_remember`) and forgotten when the
         engine's choices may change (:data:`conv_core.call_cache.GENERATION`), the module is moved or cast, or an
         attribute of :data:`ROUTE_ATTRIBUTES` is set. Dynamo takes the full way, which checks for it; under
-        autocast the memo is keyed by the autocast dtype too, and ``torch.conv*d`` casts as the full way did."""
+        autocast the memo is keyed by the autocast dtype too and holds only ``F.conv*d`` routes: ``torch.conv*d``
+        casts as the full way did."""
         if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
                 or _module._global_forward_pre_hooks or _module._global_forward_hooks
                 or _module._global_backward_pre_hooks or _module._global_backward_hooks
@@ -97,26 +100,29 @@ class _ConvCoreMixin:
                     x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
                 amp = autocast_dtype(x.device) if _any_autocast() else None
                 memo = memos[grad].get((x.shape, x.stride(), amp), _UNSEEN)
-                if memo is None:  # known not to be direct: the full way, with nothing to remember
+                if memo is None:  # known to take the full way, with nothing to remember
                     return self.forward(x)
                 if (memo is not _UNSEEN and memo[1] is weight and memo[2] is bias and memo[3] is x.dtype
                         and memo[4] == x.device and memo[5] is _deterministic()):
-                    route = memo[0]  # under autocast, torch.conv*d casts the operands as the full way did
-                    y = route.conv(x, weight, bias, *route.conv_args)
-                    return y if route.activation is None else route.activation(y)
+                    route = memo[0]
+                    if route.native:  # F.conv*d itself; under autocast torch.conv*d casts as the full way did
+                        y = route.conv(x, weight, bias, *route.conv_args)
+                        return y if route.activation is None else route.activation(y)
+                    autograd = memo[6]
+                    return route.run(x, weight, bias) if autograd is None else autograd.apply(x, weight, bias, route)
         y = self.forward(*args, **kwargs)
         if len(args) == 1 and not kwargs:
             self._remember(args[0])
         return y
 
     #: per gradient mode (False, True): (input shape, strides, autocast dtype or None) -> (route, weight, bias,
-    #: input dtype, device, deterministic), or None where the route is not direct; then the generation they were
-    #: made under. A direct entry that stops matching (another dtype, device or parameter) is replaced by the next
-    #: full call's.
+    #: input dtype, device, deterministic, autograd function or None), or None where the module cannot run the
+    #: route itself; then the generation they were made under. An entry that stops matching (another dtype,
+    #: device or parameter) is replaced by the next full call's.
     _memos: tuple[dict, dict, int] | None = None
 
     def _remember(self, x) -> None:
-        """After a call that went the full way: keep its route if it is ``F.conv*d`` itself (see ``__call__``)."""
+        """After a call that went the full way: keep the route the engine keeps for it (see ``__call__``)."""
         parameters = self._parameters
         weight, bias = parameters.get("weight"), parameters.get("bias")
         if (type(x) is not _Tensor or weight is None or "bias" not in parameters or self.padding_mode != "zeros"
@@ -130,16 +136,17 @@ class _ConvCoreMixin:
         amp = autocast_dtype(x.device)
         signature = (x.shape, x.stride(), amp)
         if memo.get(signature, 0) is None or (signature not in memo and len(memo) >= MAX_MEMOS):
-            return  # known not to be direct, or no room; a direct one that no longer matches is replaced
-        route = self._direct_route(x, weight, bias, grad, amp)
-        memo[signature] = None if route is None else (route, weight, bias, x.dtype, x.device, _deterministic())
+            return  # known to take the full way, or no room; an entry that no longer matches is replaced
+        kept = self._memo_route(x, weight, bias, grad, amp)
+        memo[signature] = None if kept is None else (kept[0], weight, bias, x.dtype, x.device, _deterministic(),
+                                                     kept[1])
 
-    def _direct_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool,
-                      amp: torch.dtype | None):
-        """The engine's kept route of a one-argument call on ``x`` (under autocast to ``amp``) if ``F.conv*d``
-        runs it, else None."""
-        return functional.direct_route(self._ndim, x, weight, bias, self.stride, self.padding, self.dilation,
-                                       self.groups, self.activation, self.out_dtype, self.backend, needs_grad, amp)
+    def _memo_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool,
+                    amp: torch.dtype | None):
+        """``(route, autograd function or None)`` of a one-argument call on ``x`` (under autocast to ``amp``) as
+        the engine keeps it (:func:`conv_core.functional.memo_route`), or None."""
+        return functional.memo_route(self._ndim, x, weight, bias, self.stride, self.padding, self.dilation,
+                                     self.groups, self.activation, self.out_dtype, self.backend, needs_grad, amp)
 
     def _forget_routes(self) -> None:
         self.__dict__.pop("_memos", None)
@@ -211,13 +218,13 @@ class _TransposedMixin(_ConvCoreMixin):
     ``zeros``, and so do these. A call given ``output_size`` takes the full way (the memo's routes are for the
     module's own ``output_padding``)."""
 
-    def _direct_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool,
-                      amp: torch.dtype | None):
+    def _memo_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool,
+                    amp: torch.dtype | None):
         output_padding = self._output_padding(x, None, self.stride, self.padding, self.kernel_size, self._ndim,
                                               self.dilation)
-        return functional.direct_transposed_route(self._ndim, x, weight, bias, self.stride, self.padding,
-                                                  output_padding, self.groups, self.dilation, self.activation,
-                                                  self.out_dtype, self.backend, needs_grad, amp)
+        return functional.memo_transposed_route(self._ndim, x, weight, bias, self.stride, self.padding,
+                                                output_padding, self.groups, self.dilation, self.activation,
+                                                self.out_dtype, self.backend, needs_grad, amp)
 
     def forward(self, input: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
         if self.padding_mode != "zeros":

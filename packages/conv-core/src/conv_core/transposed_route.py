@@ -36,7 +36,7 @@ class TransposedRoute:
     """
 
     __slots__ = ("args", "problem", "ranking", "backward", "layout", "output_shape", "cast", "direct", "conv",
-                 "conv_args", "activation", "bias_shape")
+                 "conv_args", "activation", "bias_shape", "native")
 
     def __init__(self, args: TransposedArgs, problem: ConvProblem | None, ranking: Ranking | None,
                  backward: dict[str, Ranking], output_shape: tuple[int, ...], cast: torch.dtype | None) -> None:
@@ -51,6 +51,8 @@ class TransposedRoute:
                           compact(c.dilation))
         self.activation = activations.ACTIVATIONS[args.activation] if args.activation else None
         self.bias_shape = (-1, *[1] * c.ndim)
+        #: ``F.conv_transpose*d`` then the activation, nothing else: a converted module makes this call itself
+        self.native = self.direct and cast is None
 
     def run(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """The transposed convolution with its epilogue (autograd only on the direct route)."""

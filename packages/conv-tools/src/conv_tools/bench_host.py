@@ -11,12 +11,15 @@ call there takes a path of its own (:func:`conv_core.backends.aten.cpu_has_nativ
 
 Rows: ``torch`` (``F.conv2d``), ``conv_core`` (the ranking's choice), and ``conv_core[NAME]`` for
 ``aten`` and every loaded plugin (``backend=NAME``; a backend with no candidate for the layer, in a
-direction the row needs, is recorded as skipped with its reason). Forward (``fwd``) and forward +
-backward (``fwd_bwd``, both gradients through ``torch.autograd.grad``), in both layouts.
+direction the row needs, is recorded as skipped with its reason). Forward (``fwd``), forward +
+backward (``fwd_bwd``, both gradients through ``torch.autograd.grad``) and ``module``: a forward through
+the module a converted model calls (``conv_core.nn.Conv2d``, which runs the route it keeps for the input's
+signature itself), against torch's ``nn.Conv2d`` in the ``torch`` row; in both layouts.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -28,7 +31,7 @@ from conv_core.problem import DIRECTIONS, LAYOUTS
 
 #: The layer: (batch, channels in = out, height = width, filter size); padding keeps the size.
 LAYER = (2, 64, 8, 3)
-WHATS = ("fwd", "fwd_bwd")
+WHATS = ("fwd", "fwd_bwd", "module")
 TORCH = "torch"
 RANKED = "conv_core"
 
@@ -45,6 +48,9 @@ def layer_tensors(device: torch.device, dtype: torch.dtype, layout: str, grad: b
 
 def _call(conv: Callable, x, w, gy, what: str) -> Callable[[], object]:
     padding = LAYER[3] // 2
+    if what == "module":
+        module = _module(conv, w)
+        return lambda: module(x)
     if what == "fwd":
         return lambda: conv(x, w, None, 1, padding)
     return lambda: torch.autograd.grad(conv(x, w, None, 1, padding), (x, w), gy)
@@ -53,7 +59,21 @@ def _call(conv: Callable, x, w, gy, what: str) -> Callable[[], object]:
 def _core_conv(backend: str | None) -> Callable:
     import conv_core
 
-    return lambda x, w, b, stride, padding: conv_core.conv2d(x, w, b, stride, padding, backend=backend)
+    conv = lambda x, w, b, stride, padding: conv_core.conv2d(x, w, b, stride, padding, backend=backend)  # noqa: E731
+    conv.backend = backend
+    return conv
+
+
+def _module(conv: Callable, w: torch.Tensor) -> torch.nn.Module:
+    """:data:`LAYER` as a module without bias or gradients, weight ``w``: torch's for ``F.conv2d``, else conv-core's
+    with ``conv``'s backend."""
+    from conv_core import nn as core_nn
+
+    out_channels, in_channels, k, _ = w.shape
+    kind = torch.nn.Conv2d if conv is F.conv2d else functools.partial(core_nn.Conv2d, backend=conv.backend)
+    module = kind(in_channels, out_channels, k, padding=k // 2, bias=False, device=w.device, dtype=w.dtype)
+    module.weight.data = w.detach().clone()  # in w's layout, as a converted model's weights are
+    return module.requires_grad_(False)
 
 
 def backend_choice(x: torch.Tensor, w: torch.Tensor, what: str, backend: str | None) -> tuple[str | None, str]:
@@ -127,7 +147,7 @@ def run_host_bench(device: torch.device | str, *, dtypes: tuple[torch.dtype, ...
         entries = {TORCH: {"backend": None, "kernel": None, "skipped": None}}
         for backend in (None, *plugin_names()):
             label = RANKED if backend is None else f"{RANKED}[{backend}]"
-            kernel, why = backend_choice(x, w, what, backend)
+            kernel, why = backend_choice(x, w, "fwd" if what == "module" else what, backend)
             entries[label] = {"backend": backend, "kernel": kernel, "skipped": why or None}
             if kernel is not None:
                 fns[label] = _call(_core_conv(backend), x, w, gy, what)

@@ -61,12 +61,6 @@ def _on(device: torch.device):
     return contextlib.nullcontext()
 
 
-def _by_role(pointers: dict[str, str], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A launch's tensor arguments by parameter from ``tensors`` by role (the plan's ``POINTERS``, as
-    :meth:`conv_core.kit.launch.Launch.bind` binds them)."""
-    return {name: tensors[role] for name, role in pointers.items()}
-
-
 def _index(device: torch.device) -> int:
     return device.index if device.index is not None else torch._C._cuda_getDevice()
 
@@ -113,7 +107,7 @@ class ForwardRun(_Run):
         matrix = weights.descriptor_base(w, self.plan.weight, self.strides[1])
         bias = result if bias is None else _aligned(bias)  # (read only with HAS_BIAS)
         with _on(x.device):
-            self.sites(x.device)(_by_role(forward.POINTERS, dict(a=x, weight=matrix, bias=bias, out=result)))
+            self.sites(x.device)(dict(a=x, weight=matrix, bias=bias, out=result))
         return result
 
 
@@ -145,7 +139,7 @@ class DataGradRun(_Run):
         matrices = weights.phase_matrices(w, self.problem.groups, self.forms)
         with _on(dy.device):
             for site, matrix in zip(self.sites(dy.device), matrices):
-                site(_by_role(forward.POINTERS, dict(a=dy, weight=matrix, bias=result, out=result)))
+                site(dict(a=dy, weight=matrix, bias=result, out=result))
         return result
 
 
@@ -198,9 +192,9 @@ class WeightGradRun(_Run):
         units, total = self.sites(x.device)
         with _on(x.device):
             roles = dict(dy=dy_base, a=x, target=target, out=result)
-            units(_by_role(weight_grad.POINTERS, roles))
+            units(roles)
             if total is not None:
-                total(_by_role(weight_grad.SUM_POINTERS, roles))
+                total(roles)
         return result
 
 
@@ -218,15 +212,17 @@ def warmup(problem: ConvProblem, plan: Plan | DataGradPlan | WeightGradPlan, dev
     with the batch or the image size), so small aligned placeholders stand in for the operands."""
     run = runner(problem, plan)
 
-    def placeholders(dtypes: dict[str, str]) -> dict[str, torch.Tensor]:
-        return {name: torch.empty(64, dtype=torch_dtype(dtype), device=device) for name, dtype in dtypes.items()}
+    def placeholders(pointers: dict[str, str], dtypes: dict[str, str]) -> dict[str, torch.Tensor]:
+        """By role, as the sites take them (parameters sharing a role share its dtype)."""
+        return {role: torch.empty(64, dtype=torch_dtype(dtypes[name]), device=device)
+                for name, role in pointers.items()}
 
     sites = run.sites(device)
     if isinstance(plan, WeightGradPlan):
         units, total = sites
-        units.warmup(placeholders(run.dtypes))
+        units.warmup(placeholders(weight_grad.POINTERS, run.dtypes))
         if total is not None:
-            total.warmup(placeholders({"ws_ptr": "float32", "out_ptr": plan.result_dtype}))
+            total.warmup(placeholders(weight_grad.SUM_POINTERS, {"ws_ptr": "float32", "out_ptr": plan.result_dtype}))
         return
     for site in sites if isinstance(plan, DataGradPlan) else (sites,):
-        site.warmup(placeholders(run.dtypes))
+        site.warmup(placeholders(forward.POINTERS, run.dtypes))

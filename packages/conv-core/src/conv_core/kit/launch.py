@@ -64,20 +64,16 @@ class Launch:
         return dataclasses.replace(self, grid=tuple(grid))
 
     def make_site(self, bind: Callable[[str, object], Callable] | None = None) -> LaunchSite:
-        """The launch with everything but its tensors bound; ``bind(parameter, data)`` returns the builder of a
-        descriptor parameter's argument from its tensor."""
+        """The launch with everything but its tensors bound, called with the tensors by role; ``bind(parameter,
+        data)`` returns the builder of a descriptor parameter's argument from its tensor."""
         builders = {name: bind(name, data) for name, data in self.descriptors} if self.descriptors else None
         return LaunchSite(self.kernel, self.grid, tuple(name for name, _ in self.pointers), self.values, self.options,
-                          builders)
+                          builders, roles=tuple(role for _, role in self.pointers))
 
     @functools.cached_property
     def site(self) -> LaunchSite:
         """:meth:`make_site` of a launch without descriptors, made once."""
         return self.make_site()
-
-    def bind(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The launch's tensor arguments by parameter name, from ``tensors`` by role."""
-        return {name: tensors[role] for name, role in self.pointers}
 
 
 def make_launch(kernel, grid: Iterable[int], pointers: Mapping[str, str], scalars: Mapping[str, int],
@@ -126,4 +122,4 @@ def launch_all(launches: Sequence[Launch], tensors: Mapping[str, torch.Tensor], 
             launch_all(launches, tensors, device)
         return
     for launch in launches:
-        launch.site(launch.bind(tensors))
+        launch.site(tensors)
