@@ -274,6 +274,33 @@ def test_changed_weights_and_statistics_are_seen_after_a_first_call(monkeypatch)
         torch.testing.assert_close(fused(x), ref(x))
 
 
+def test_a_capture_reads_the_cached_fold_and_keeps_it_alive(monkeypatch):
+    """A CUDA graph capture (stood in for: CI has no GPU) reads the fold the warm-up call cached, and the fold stays
+    alive with the convolution after a later fold replaces it in the cache (a replay reads it). With the parameters
+    changed since, there is nothing to read: the capture folds by torch ops, and caches nothing."""
+    ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()))
+    folds = []
+    real_fold = fold.fold
+    monkeypatch.setattr(fold, "fold", lambda *a: folds.append(1) or real_fold(*a))
+    x = images()
+    with torch.no_grad():
+        fused(x)  # the warm-up
+        monkeypatch.setattr(fold, "is_capturing", lambda device: True)
+        torch.testing.assert_close(fused(x), ref(x))
+        assert len(folds) == 1
+        (captured,) = fold._CAPTURED[fused[0]]
+        assert captured is fold._CACHE[fused[0]]
+        fused(x)  # a second capture of the same fold keeps one entry
+        assert fold._CAPTURED[fused[0]] == [captured]
+        for model in (ref, fused):
+            model[1].running_var.add_(0.25)
+        torch.testing.assert_close(fused(x), ref(x))  # no fold cached for these: folded by torch ops
+        assert len(folds) == 2 and fold._CACHE[fused[0]] is captured
+        monkeypatch.setattr(fold, "is_capturing", lambda device: False)
+        torch.testing.assert_close(fused(x), ref(x))
+        assert fold._CACHE[fused[0]] is not captured and fold._CAPTURED[fused[0]] == [captured]
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_gradients_in_eval_mode_reach_the_original_parameters(dtype):
     ref, fused = pair(TinyResNet(), dtype)

@@ -50,8 +50,11 @@ class Runner:
     #: Whether ``first_output`` is deterministic (no dropout was active), so comparing it to float64 means something.
     comparable: bool = True
     notes: list[str] = field(default_factory=list)
-    #: The module ``step`` calls (eager and training modes), for hooks such as :mod:`conv_tools.model_attribution`'s.
+    #: The module ``step`` calls (eager and training modes), for hooks such as :mod:`conv_tools.model_attribution`'s;
+    #: in graph mode the module the graph was captured from.
     module: nn.Module | None = None
+    #: Tensors a captured graph reads that nothing else keeps alive (its static input).
+    captured: tuple[torch.Tensor, ...] = ()
 
 
 def is_random_layer(module: nn.Module) -> bool:
@@ -163,7 +166,9 @@ def _graph(module: nn.Module, x: torch.Tensor) -> Runner:
         return static_out
 
     out, _ = _first_call(step, x.device)
-    return Runner(step, out, time.perf_counter() - start)
+    # A replay reads the module's parameters and static_x where they were at capture: the runner keeps both alive
+    # (freed, their memory goes to the next variant, and the replay reads it: an illegal address at best).
+    return Runner(step, out, time.perf_counter() - start, module=module, captured=(static_x,))
 
 
 def _graph_train(module: nn.Module, x: torch.Tensor) -> Runner:
