@@ -306,20 +306,21 @@ def run_mode(mode: str, base: nn.Module, x: torch.Tensor, refs: References, conf
         result["skipped"] = "needs a CUDA device"
     else:
         xin = cast_input(x, weights_dtype(mode, config), config.layout)
-        steps = {}
+        runners = {}  # held while timing: a graph mode's runner keeps what its graph reads alive
         for name, build in make_variants(base, mode, config).items():
             entry = result["variants"][name] = {"ms": None, "first_s": None, "error": None, "notes": [],
                                                 "failed": None}
             _progress(log, f"{config.model} {mode}: {name}: building it and making its first call")
             runner = prepare_variant(mode, build, xin, refs, config, entry)
             if runner is not None:
-                steps[name] = runner.step
+                runners[name] = runner
         del runner
+        steps = {name: runner.step for name, runner in runners.items()}
         _progress(log, f"{config.model} {mode}: timing {', '.join(steps)}: {config.warmup} warm-up iterations, "
                        f"then {config.rounds} alternating rounds of {config.iterations} iterations each")
         samples, failed = time_interleaved(steps, device, warmup=config.warmup, rounds=config.rounds,
                                            iterations=config.iterations)
-        del steps  # the variants' modules, graphs and compiled code go with their steps
+        del steps, runners  # the variants' modules, graphs and compiled code go with them
         result["rounds"], result["iterations"] = config.rounds, config.iterations
         for name, why in failed.items():
             result["variants"][name]["failed"] = why
