@@ -1,11 +1,12 @@
-"""Does a plain torchvision model, captured in a CUDA graph as the real-model benchmark's graph mode captures it,
-replay without faults? (A diagnostic, run on the GPU; one configuration per process, since a fault ends the
-process's CUDA context.)
+"""Do a torchvision model's CUDA graphs, plain and converted, replay without faults when captured by the real-model
+benchmark's graph mode (:func:`conv_tools.model_bench_modes.prepare`) and held as a user holds them? A diagnostic,
+run on the GPU, one configuration per process (a fault ends the process's CUDA context):
 
-    python3 scripts/gpu_graph_replay.py MODEL BATCH [--benchmark] [--replays 20] [--contiguous] [--variants plain,conv]
+    python3 scripts/gpu_graph_replay.py MODEL BATCH [--benchmark] [--contiguous] [--replays 20] [--variants plain,conv]
 
-``--variants``: the model plain and/or converted (``conv_core.convert``), each captured in turn in this process (as
-the benchmark does), then replayed in turn.
+Each variant of ``--variants`` (``conv``: ``conv_core.convert``) is captured in turn in this process, then the graphs
+are replayed in turn. It showed that the graphs themselves were sound when the benchmark faulted: the benchmark had
+let go of what they read (conv_tools.model_bench.run_mode holds the runners now).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import copy
 
 import torch
 import torchvision
+
+from conv_tools.model_bench_modes import prepare
 
 
 def main() -> None:
@@ -30,40 +33,26 @@ def main() -> None:
     fmt = torch.contiguous_format if args.contiguous else torch.channels_last
     base = getattr(torchvision.models, args.model)().cuda().to(torch.bfloat16, memory_format=fmt).eval()
     x = torch.randn(args.batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=fmt)
-    captured = {name: capture(variant(base, name), x) for name in args.variants.split(",")}
+    runners = {name: prepare("graph", variant(base, name), x, amp_dtype=torch.bfloat16)
+               for name in args.variants.split(",")}
     for _ in range(args.replays):
-        for graph, _out, _model in captured.values():
-            graph.replay()
+        for runner in runners.values():
+            runner.step()
             torch.cuda.synchronize()
-    for name, (_graph, out, model) in captured.items():
+    for name, runner in runners.items():
         with torch.no_grad():
-            eager = model(x)
+            eager = runner.module(x)
         print(f"{vars(args)} {name}: {args.replays} replays ok; replay vs eager max diff "
-              f"{(out.float() - eager.float()).abs().max().item():.3g}")
+              f"{(runner.step().float() - eager.float()).abs().max().item():.3g}")
 
 
-def variant(base, name: str):
+def variant(base: torch.nn.Module, name: str) -> torch.nn.Module:
     model = copy.deepcopy(base)
     if name == "conv":
         import conv_core
 
         model = conv_core.convert(model)
     return model
-
-
-def capture(model, x):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        for _ in range(3):
-            model(x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        out = model(x)
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph, out, model
 
 
 if __name__ == "__main__":

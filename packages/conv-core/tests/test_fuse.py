@@ -247,11 +247,16 @@ def test_a_batch_norm_left_in_training_mode_is_not_folded():
     torch.testing.assert_close(fused[1].running_var, ref[1].running_var)
 
 
-def test_changed_weights_and_statistics_are_seen_after_a_first_call(monkeypatch):
+@pytest.fixture
+def folds(monkeypatch) -> list:
+    """A list that grows by one for each fold computed (:func:`conv_core.fold.fold`)."""
+    counted, real_fold = [], fold.fold
+    monkeypatch.setattr(fold, "fold", lambda *a: counted.append(1) or real_fold(*a))
+    return counted
+
+
+def test_changed_weights_and_statistics_are_seen_after_a_first_call(folds):
     ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GELU()))
-    folds = []
-    real_fold = fold.fold
-    monkeypatch.setattr(fold, "fold", lambda *a: folds.append(1) or real_fold(*a))
     x = images()
     with torch.no_grad():
         for model in (ref, fused):
@@ -274,14 +279,11 @@ def test_changed_weights_and_statistics_are_seen_after_a_first_call(monkeypatch)
         torch.testing.assert_close(fused(x), ref(x))
 
 
-def test_a_capture_reads_the_cached_fold_and_keeps_it_alive(monkeypatch):
+def test_a_capture_reads_the_cached_fold_and_keeps_it_alive(folds, monkeypatch):
     """A CUDA graph capture (stood in for: CI has no GPU) reads the fold the warm-up call cached, and the fold stays
     alive with the convolution after a later fold replaces it in the cache (a replay reads it). With the parameters
     changed since, there is nothing to read: the capture folds by torch ops, and caches nothing."""
     ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()))
-    folds = []
-    real_fold = fold.fold
-    monkeypatch.setattr(fold, "fold", lambda *a: folds.append(1) or real_fold(*a))
     x = images()
     with torch.no_grad():
         fused(x)  # the warm-up
