@@ -15,7 +15,7 @@ from conv_broken_run.hooks import TRIGGER_OUT_CHANNELS
 from integration_support import ATEN_KERNEL, CPU, ENTRY_POINTS, EXAMPLE_KERNEL, small_problem
 
 import conv_core
-from conv_core.call import problem_of_tensors
+from conv_core.frontend.call import problem_of_tensors
 from conv_core.reference import compare, random_operands
 from conv_core.tuning import Entry, write_entries
 

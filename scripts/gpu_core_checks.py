@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import conv_core
-from conv_core.call import problem_of_tensors
+from conv_core.frontend.call import problem_of_tensors
 from conv_core.reference import compare
 
 DEVICE = torch.device("cuda")

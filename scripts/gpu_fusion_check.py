@@ -136,7 +136,7 @@ def check_model(name: str, batch: int, reps: int) -> dict:
     started = time.perf_counter()
     fused = conv_core.convert(copy.deepcopy(plain), fuse=True)
     row = {"fuse_s": time.perf_counter() - started,
-           "fused_modules": sorted(type(m).__name__ for m in fused.modules() if conv_core.fuse.is_fused(m)),
+           "fused_modules": sorted(type(m).__name__ for m in fused.modules() if conv_core.fusion.fuse.is_fused(m)),
            "calls_converted": count_calls(converted, x), "calls_fused": count_calls(fused, x)}
     with torch.no_grad():
         y_plain, y_conv, y_fused = plain(x), converted(x), fused(x)

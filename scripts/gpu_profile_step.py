@@ -18,7 +18,7 @@ import time
 import torch
 
 import conv_core
-from conv_core.call_cache import calls
+from conv_core.frontend.call_cache import calls
 from conv_tools import bench_models
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 import torch
 
 import conv_core
-from conv_core import call_cache, ops
-from conv_core.call_cache import EAGER_KEY_FIELDS, BackwardKey, OpKey, TracedKey
-from conv_core.dispatch import op_args
+from conv_core.frontend import call_cache, ops
+from conv_core.frontend.call_cache import EAGER_KEY_FIELDS, BackwardKey, OpKey, TracedKey
+from conv_core.frontend.dispatch import op_args
 from conv_core.testing.fakes import isolate, use_backends
+from conv_core.testing.imports import import_graph
 
 SOURCE = Path(conv_core.__file__).resolve().parent
 
@@ -22,22 +22,14 @@ def fresh_engine(tmp_path, monkeypatch):
     isolate(tmp_path, monkeypatch)
 
 
-def imported_modules(name: str) -> set[str]:
-    """The conv_core modules ``name`` imports, at module level or inside functions."""
-    tree = ast.parse((SOURCE / f"{name}.py").read_text())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found |= {node.module} if node.module else {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("conv_core."):
-            found.add(node.module.removeprefix("conv_core."))
-    return found
+#: conv-core's modules and what each imports, at module level or inside functions.
+GRAPH = import_graph(SOURCE)
 
 
 def test_functional_and_ops_do_not_import_each_other():
-    assert "ops" not in imported_modules("functional")
-    assert "functional" not in imported_modules("ops")
-    assert "dispatch" in imported_modules("functional") & imported_modules("ops")  # the layer they share
+    functional, ops = GRAPH.edges["conv_core.functional"], GRAPH.edges["conv_core.frontend.ops"]
+    assert "conv_core.frontend.ops" not in functional and "conv_core.functional" not in ops
+    assert "conv_core.frontend.dispatch" in functional & ops  # the layer they share
 
 
 def operands(grad=False):
@@ -79,4 +71,4 @@ def test_a_new_engine_gets_new_caches_and_the_engine_holds_none(monkeypatch):
     use_backends(monkeypatch)
     assert call_cache.calls() is not before and not call_cache.calls().eager
     assert not hasattr(conv_core.get_engine(), "calls")
-    assert "call_cache" not in imported_modules("engine")
+    assert not {m for m in GRAPH.edges["conv_core.engine"] if m.startswith("conv_core.frontend")}

@@ -9,8 +9,8 @@ from torch import nn
 
 import conv_core
 import conv_core.nn as cnn
-from conv_core import routes
-from conv_core.capture import CapturedLayer, capture_shapes
+from conv_core.frontend import routes
+from conv_core.frontend.capture import CapturedLayer, capture_shapes
 from conv_core.problem import ConvProblem
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conv_core import ConvProblem
-from conv_core.call import problem_of_tensors
+from conv_core.frontend.call import problem_of_tensors
 from conv_core.backends import aten
 from conv_core.problem import DIRECTIONS, LAYOUTS
 from conv_core.layout import detect_layout, is_dense_in

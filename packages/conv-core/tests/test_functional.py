@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 import conv_core
-from conv_core import ops
-from conv_core.call import problem_of_tensors
+from conv_core.frontend import ops
+from conv_core.frontend.call import problem_of_tensors
 from conv_core.layout import is_dense_in
 
 TORCH_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import conv_core
-from conv_core import fold
+from conv_core.fusion import fold
 from conv_core import nn as cnn
 
 ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "silu": nn.SiLU, "gelu": nn.GELU,
@@ -49,7 +49,7 @@ def count_calls(model: nn.Module, kinds: tuple[type, ...]) -> list:
 
 
 def fused_types(model: nn.Module) -> list[str]:
-    return [type(m).__name__ for m in model.modules() if conv_core.fuse.is_fused(m)]
+    return [type(m).__name__ for m in model.modules() if conv_core.fusion.fuse.is_fused(m)]
 
 
 class Bottleneck(nn.Module):
@@ -166,7 +166,7 @@ def test_graph_fuses_activation_functions(activation):
         torch.testing.assert_close(fused(x), ref(x))
     assert calls == []
     # the fused forward looks up the two modules and makes one call: no activation function is left
-    assert set(fused._conv_core_fusion.forward.__code__.co_names) == {"conv", "bn", "conv_core_fold_conv_bn_act"}
+    assert set(fused._conv_core_fusion.forward.__code__.co_names) == {"conv", "bn", "conv_core_fusion_fold_conv_bn_act"}
 
 
 class ReusedInput(nn.Module):
@@ -249,7 +249,7 @@ def test_a_batch_norm_left_in_training_mode_is_not_folded():
 
 @pytest.fixture
 def folds(monkeypatch) -> list:
-    """A list that grows by one for each fold computed (:func:`conv_core.fold.fold`)."""
+    """A list that grows by one for each fold computed (:func:`conv_core.fusion.fold.fold`)."""
     counted, real_fold = [], fold.fold
     monkeypatch.setattr(fold, "fold", lambda *a: counted.append(1) or real_fold(*a))
     return counted

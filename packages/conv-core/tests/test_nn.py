@@ -372,7 +372,7 @@ def test_a_modules_memo_is_not_state(full_way):
 
 def test_a_module_whose_layer_a_plugin_wins_runs_the_plugin_from_its_memo(tmp_path, monkeypatch, full_way):
     from fake_backends import AtomicBackend
-    from conv_core.call import problem_of_tensors
+    from conv_core.frontend.call import problem_of_tensors
     from conv_core.testing.fakes import isolate, prove_faster, use_backends
 
     isolate(tmp_path, monkeypatch)

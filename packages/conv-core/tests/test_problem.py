@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conv_core import ConvProblem
-from conv_core.call import problem_of_tensors
+from conv_core.frontend.call import problem_of_tensors
 from conv_core.layout import detect_layout, is_dense_in, to_layout
 
 

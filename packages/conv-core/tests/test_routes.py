@@ -13,7 +13,7 @@ from torch import nn
 
 import conv_core
 from conv_core import BackendInfo, Candidate, Declined, hookimpl
-from conv_core.call import problem_of_tensors
+from conv_core.frontend.call import problem_of_tensors
 from conv_core.backends import aten
 from conv_core.testing.fakes import prove_faster
 from conv_core.testing.fakes import isolate, use_backends

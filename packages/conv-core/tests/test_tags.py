@@ -17,7 +17,7 @@ from conv_core.candidate import KNOWN_TAGS, Candidate, check_candidate
 from conv_core.engine import Engine
 from conv_core.plugins import Registry
 from conv_core.ranking import Ranked, Ranking, rank
-from conv_core.routes import aten_route_wins
+from conv_core.frontend.routes import aten_route_wins
 from conv_core.settings import Settings
 from conv_core.testing import check_candidate as conformance
 from conv_core.testing.checks import check_metadata

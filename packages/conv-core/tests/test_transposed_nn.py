@@ -9,7 +9,7 @@ from torch import nn
 
 import conv_core
 import conv_core.nn as cnn
-from conv_core.capture import capture_shapes
+from conv_core.frontend.capture import capture_shapes
 from conv_core.problem import ConvProblem
 from conv_core.testing.fakes import isolate
 

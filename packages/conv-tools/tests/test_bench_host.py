@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conv_core import Candidate, call_cache, hookimpl
+from conv_core import Candidate, hookimpl
+from conv_core.frontend import call_cache
 from conv_tools.bench_host import LAYER, RANKED, TORCH, per_call_us, run_host_bench
 from conv_core.cli import main
 from conv_core.testing.fakes import Plugin, isolate, raising_run, use_backends

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import conv_core
-from conv_core.capture import capture_shapes
+from conv_core.frontend.capture import capture_shapes
 from conv_core.problem import ConvProblem
 from conv_tools.suites import (
     TRANSPOSED_DIRECTIONS,
@@ -522,7 +522,7 @@ def _geometry(layer_or_problem) -> tuple:
 
 def _transposed_calls(model: nn.Module) -> tuple[list[SuiteLayer], list]:
     """Forward hooks that record each ``ConvTranspose*d`` call as a transposed suite layer, written from the
-    module's arguments and the call's output size (independently of conv_core.capture); and the hooks."""
+    module's arguments and the call's output size (independently of conv_core.frontend.capture); and the hooks."""
     found: list[SuiteLayer] = []
 
     def hook(module, args, out):
@@ -576,7 +576,7 @@ def test_suite_matches_the_captured_skeleton(name):
 
 
 def test_capture_records_transposed_calls_as_the_suites_store_them():
-    """conv_core.capture's transposed layers are the hooks' (the suite's form), but for the bias, which their
+    """conv_core.frontend.capture's transposed layers are the hooks' (the suite's form), but for the bias, which their
     problems (a convolution's bwd_data) cannot carry."""
     model, example = _skeleton("seg_head_transposed")
     hooked, hooks = _transposed_calls(model)

@@ -11,14 +11,14 @@ from .candidate import BackendInfo, Candidate, Declined  # noqa: E402
 from .engine import NoCandidateError, get_engine, reset  # noqa: E402
 from .errors import ConvArgumentError  # noqa: E402
 from .explanation import explain  # noqa: E402
-from .capture import capture_shapes  # noqa: E402
+from .frontend.capture import capture_shapes  # noqa: E402
 from .conversion import convert, revert  # noqa: E402
-from .fuse import optimize_for_inference  # noqa: E402
+from .fusion.fuse import optimize_for_inference  # noqa: E402
 from . import nn  # noqa: E402
 from .functional import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: E402
 from .hookspec import hookimpl  # noqa: E402
 from .problem import ConvProblem  # noqa: E402
-from . import ops  # noqa: E402,F401  (registers the torch.library custom ops)
+from .frontend import ops  # noqa: E402,F401  (registers the torch.library custom ops)
 
 __all__ = [
     "BackendInfo", "Candidate", "ConvArgumentError", "ConvProblem", "Declined", "NoCandidateError", "capture_shapes",

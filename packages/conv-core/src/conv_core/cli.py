@@ -62,9 +62,9 @@ def in_directions(args: argparse.Namespace, base: list[tuple[str, ConvProblem]],
                   transposed: frozenset[str] = frozenset()) -> list[tuple[str, ConvProblem]]:
     """``base`` cut to ``--layers`` (where the command has it), then each problem in the ``--direction`` asked
     for (``all``: the three; none: its own). ``transposed`` names layers whose directions map onto their
-    convolution's (:func:`conv_core.transposed.layer_direction`), so ``--layers 2 --direction all`` gives six
+    convolution's (:func:`conv_core.frontend.transposed.layer_direction`), so ``--layers 2 --direction all`` gives six
     problems."""
-    from .transposed import layer_direction
+    from .frontend.transposed import layer_direction
 
     if getattr(args, "layers", None) is not None:
         base = base[: args.layers]

@@ -4,7 +4,7 @@
 in place, by reassigning each module's class. Nothing is copied or re-created,
 so parameter identity (and with it optimizers, ``state_dict`` keys, tied
 weights), hooks and parametrizations survive. :func:`revert` undoes it, and undoes fusion
-(:mod:`conv_core.fuse`) too.
+(:mod:`conv_core.fusion.fuse`) too.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn.utils import parametrize
 
-from .fuse import optimize_for_inference, unfuse
+from .fusion.fuse import optimize_for_inference, unfuse
 from .nn import EXTRA_ATTRIBUTES, Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 
 __all__ = ["convert", "revert"]

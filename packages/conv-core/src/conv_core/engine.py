@@ -304,7 +304,7 @@ def _capture_safe(ranked: list[Ranked]) -> Ranked:
 _engine: Engine | None = None
 _engine_lock = threading.Lock()
 #: Called after the engine forgets its choices (:meth:`Engine.reset`, :func:`reset`): what a layer above keeps of
-#: them, such as the front end's caches of call routes (:mod:`conv_core.call_cache`), goes too.
+#: them, such as the front end's caches of call routes (:mod:`conv_core.frontend.call_cache`), goes too.
 _RESET_LISTENERS: list[Callable[[], None]] = []
 
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 import torch
 
 from .arch import device_arch, device_name
-from .call import autocast_operands, problem_of_tensors
+from .frontend.call import autocast_operands, problem_of_tensors
 from .candidate import Declined
 from .engine import NoCandidateError, get_engine
 from .problem import ConvProblem
 from .text_table import format_table
 from .ranking import Ranking, rank
-from .transposed import (TRANSPOSED_DIRECTIONS, TransposedArgs, check_transposed_call, describe,
+from .frontend.transposed import (TRANSPOSED_DIRECTIONS, TransposedArgs, check_transposed_call, describe,
                          problem_of_transposed_call)
 
 
@@ -42,7 +42,7 @@ class Row:
 class Explanation:
     """Everything that decided the kernel for ``problem`` on ``device``.
 
-    ``call`` says how a transposed call maps onto ``problem`` (:mod:`conv_core.transposed`); where it maps
+    ``call`` says how a transposed call maps onto ``problem`` (:mod:`conv_core.frontend.transposed`); where it maps
     onto none, ``problem`` is None and PyTorch's transposed convolution runs.
     """
 
@@ -112,7 +112,7 @@ def explain(problem_or_input: ConvProblem | torch.Tensor, weight: torch.Tensor |
     """Explain the engine's choice for a problem, or for the tensors of a ``conv*d`` call.
 
     ``transposed=True`` (with ``output_padding``) explains a ``conv_transpose*d`` call instead: the choice
-    for the problem of the convolution whose ``direction`` computes it (:mod:`conv_core.transposed`), or,
+    for the problem of the convolution whose ``direction`` computes it (:mod:`conv_core.frontend.transposed`), or,
     for a geometry no such problem has, why PyTorch's transposed convolution runs.
 
     With a :class:`ConvProblem`, ``device`` defaults to the CPU for ``cpu``

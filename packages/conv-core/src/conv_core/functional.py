@@ -1,19 +1,19 @@
 """``conv1d`` / ``conv2d`` / ``conv3d`` and their transposed kin: drop-ins for ``torch.nn.functional``.
 
-Three ways through, one decision (:mod:`conv_core.routes`):
+Three ways through, one decision (:mod:`conv_core.frontend.routes`):
 
 - eager: one dictionary lookup keyed on the call's signature gives its route. A direct route is
   ``F.conv*d`` with PyTorch's autograd; an engine route runs the ranked candidates, through a
   ``torch.autograd.Function`` whose backward runs the ``bwd_data`` and ``bwd_weight`` problems when
   gradients are needed;
-- under ``torch.compile``: the ``conv_core::conv`` op of :mod:`conv_core.ops` (entered through
-  :mod:`conv_core.dispatch`), which becomes
+- under ``torch.compile``: the ``conv_core::conv`` op of :mod:`conv_core.frontend.ops` (entered through
+  :mod:`conv_core.frontend.dispatch`), which becomes
   Inductor's own convolution where aten ranks first and an opaque custom op where a plugin wins;
 - empty tensors (batch 0, no channels) go to ``F.conv*d`` as they are: PyTorch's empty output and
   zero gradients, or its error.
 
 ``conv_transpose1d`` / ``conv_transpose2d`` / ``conv_transpose3d`` go the same three ways, as the data
-gradient of a convolution (:mod:`conv_core.transposed`, :mod:`conv_core.transposed_route`).
+gradient of a convolution (:mod:`conv_core.frontend.transposed`, :mod:`conv_core.frontend.transposed_route`).
 """
 
 from __future__ import annotations
@@ -22,15 +22,17 @@ import dataclasses
 
 import torch
 
-from . import activations, call_cache
+from . import activations
 from . import engine as engine_module
-from .call import ConvArgs, autocast_cast, autocast_operands, check_call
-from .call_cache import EagerKey
-from .dispatch import call_backward_ops, traced_call, traced_transposed_call
+from .frontend import call_cache
+from .frontend.call import ConvArgs, autocast_cast, autocast_operands, check_call
+from .frontend.call_cache import EagerKey
+from .frontend.dispatch import call_backward_ops, traced_call, traced_transposed_call
+from .frontend.routes import (CONV, Route, backward_data, backward_weight, bias_grad, build_route, cacheable,
+                              pre_activation_grad)
+from .frontend.transposed import TransposedArgs
+from .frontend.transposed_route import CONV_TRANSPOSE, TransposedFunction, TransposedRoute, build_transposed_route
 from .problem import dtype_name, torch_dtype
-from .routes import CONV, Route, backward_data, backward_weight, bias_grad, build_route, cacheable, pre_activation_grad
-from .transposed import TransposedArgs
-from .transposed_route import CONV_TRANSPOSE, TransposedFunction, TransposedRoute, build_transposed_route
 
 
 class _ConvFunction(torch.autograd.Function):
@@ -230,7 +232,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     return convolution(3, input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend)
 
 
-# ---- transposed convolutions: the data gradient of a convolution (conv_core.transposed) ------------------
+# ---- transposed convolutions: the data gradient of a convolution (conv_core.frontend.transposed) -------
 
 
 def _empty_transposed_call(ndim: int, input, weight, bias, stride, padding, output_padding, groups, dilation,

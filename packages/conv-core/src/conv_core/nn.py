@@ -16,8 +16,8 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from . import activations, functional
-from .call import autocast_dtype, needs_grad
-from .call_cache import GENERATION
+from .frontend.call import autocast_dtype, needs_grad
+from .frontend.call_cache import GENERATION
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
@@ -82,8 +82,8 @@ class _ConvCoreMixin:
 
         The memo of routes (``_memos``: per gradient mode, input shape and strides to the route and what else
         pins it) is made after a call that went the full way (:meth:`_remember`) and forgotten when the
-        engine's choices may change (:data:`conv_core.call_cache.GENERATION`), the module is moved or cast, or an
-        attribute of :data:`ROUTE_ATTRIBUTES` is set. Dynamo takes the full way, which checks for it; under
+        engine's choices may change (:data:`conv_core.frontend.call_cache.GENERATION`), the module is moved or
+        cast, or an attribute of :data:`ROUTE_ATTRIBUTES` is set. Dynamo takes the full way, which checks for it; under
         autocast the memo is keyed by the autocast dtype too and holds only ``F.conv*d`` routes: ``torch.conv*d``
         casts as the full way did."""
         if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks

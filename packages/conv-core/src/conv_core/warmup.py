@@ -42,7 +42,7 @@ def model_problems(name: str, *, batch: int, dtype: str, layout: str, image_size
     on ``batch`` RGB images of ``image_size`` squared, converted by :func:`conv_core.convert` (``fuse``)."""
     from torchvision import models  # not a dependency of conv-core: only this command needs it
 
-    from .capture import capture_shapes
+    from .frontend.capture import capture_shapes
     from .conversion import convert
 
     memory_format = torch.channels_last if layout == "channels_last" else torch.contiguous_format
@@ -59,9 +59,9 @@ def in_directions(problems: Iterable[tuple[str, ConvProblem]], directions: Seque
     """Each problem in each of ``directions``, duplicates dropped (layers that share a shape share kernels).
 
     Directions are the layers': those named in ``transposed`` are transposed convolutions, whose forward is
-    their convolution's ``bwd_data`` (:func:`conv_core.transposed.layer_direction`).
+    their convolution's ``bwd_data`` (:func:`conv_core.frontend.transposed.layer_direction`).
     """
-    from .transposed import layer_direction
+    from .frontend.transposed import layer_direction
 
     seen, chosen = set(), []
     for name, problem in problems:

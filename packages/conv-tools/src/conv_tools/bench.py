@@ -34,7 +34,7 @@ from conv_core.problem import ConvProblem
 from conv_core.reference import random_operands
 from conv_core.text_table import format_table
 from conv_core.timing import median_us
-from conv_core.transposed import direction_label, layer_direction
+from conv_core.frontend.transposed import direction_label, layer_direction
 
 from .progress import Progress, progress_mode
 from .suites import SuiteLayer

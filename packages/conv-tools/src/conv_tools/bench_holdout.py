@@ -77,7 +77,7 @@ def captured_layers(model: str, *, batch: int, dtype: str) -> list[suites.SuiteL
     """Each distinct convolution of ``model`` as a suite layer (named by the first module that ran it, counted
     over all), captured on the meta device. Only the geometry is kept: layout and arch are the judge's, and
     meta kernels do not keep channels-last outputs as the GPU's do."""
-    from conv_core.capture import capture_shapes
+    from conv_core.frontend.capture import capture_shapes
 
     spec = bench_models.get(model)
     net = bench_models.build(model).to(device="meta", dtype=torch_dtype(dtype)).eval()

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from conv_core.call import problem_of_tensors
+from conv_core.frontend.call import problem_of_tensors
 from conv_core.problem import DIRECTIONS, LAYOUTS
 
 #: The layer: (batch, channels in = out, height = width, filter size); padding keeps the size.

@@ -15,7 +15,7 @@ from conv_core.cli import (UsageError, add_problem_options, in_directions, parse
                            shape_problems, usage_message, with_epilogue)
 from conv_core.problem import ConvProblem
 from conv_core.text_table import format_table
-from conv_core.transposed import direction_label, layer_direction
+from conv_core.frontend.transposed import direction_label, layer_direction
 
 
 def select_problems(args: argparse.Namespace, device: torch.device) -> list[tuple[str, ConvProblem]]:

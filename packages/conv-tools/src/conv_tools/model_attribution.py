@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 import torch
-from conv_core.call_cache import calls
+from conv_core.frontend.call_cache import calls
 from conv_core.layout import detect_layout
 from conv_core.problem import torch_dtype
 from torch import nn

@@ -36,7 +36,7 @@ import torch
 from conv_core.layout import to_layout
 from conv_core.problem import DIRECTIONS, torch_dtype
 from conv_core.reference import UNIT_ROUNDOFF
-from conv_core.transposed import TRANSPOSED_DIRECTIONS
+from conv_core.frontend.transposed import TRANSPOSED_DIRECTIONS
 from torch import nn
 
 from . import bench_models
@@ -379,7 +379,7 @@ def picks(module: nn.Module, x: torch.Tensor, directions: tuple[str, ...] = DIRE
     ranks first: ``{"layers": [...], "by_backend": {direction: {backend: {"problems", "calls"}}}}``.
 
     Directions are the layers': a transposed convolution's forward is ranked as the problem that computes
-    it (its convolution's ``bwd_data``; :data:`conv_core.transposed.TRANSPOSED_DIRECTIONS`), and its row says
+    it (its convolution's ``bwd_data``; :data:`conv_core.frontend.transposed.TRANSPOSED_DIRECTIONS`), and its row says
     ``"transposed": true``.
     """
     import conv_core

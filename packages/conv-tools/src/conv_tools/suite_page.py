@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from conv_core.estimate import roofline_us
 from conv_core.problem import ConvProblem
-from conv_core.transposed import direction_label
+from conv_core.frontend.transposed import direction_label
 
 from .bench_runs import Run, latest
 

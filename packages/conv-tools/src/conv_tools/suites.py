@@ -45,7 +45,7 @@ from pathlib import Path
 
 from conv_core.problem import ConvProblem
 from conv_core.shapes import problems_from_shape
-from conv_core.transposed import TRANSPOSED_DIRECTIONS, direction_label, layer_direction
+from conv_core.frontend.transposed import TRANSPOSED_DIRECTIONS, direction_label, layer_direction
 
 __all__ = ["TRANSPOSED_DIRECTIONS", "Suite", "SuiteLayer", "available_suites", "direction_label", "layer_direction",
            "load_suite", "problems_from_shape", "suite_problems", "transposed_layers"]
@@ -104,7 +104,7 @@ class SuiteLayer:
 
     @classmethod
     def from_captured(cls, layer) -> SuiteLayer:
-        """The layer of a :class:`conv_core.capture.CapturedLayer`: its convolution's geometry, and whether the
+        """The layer of a :class:`conv_core.frontend.capture.CapturedLayer`: its convolution's geometry, and whether the
         model runs it transposed."""
         return dataclasses.replace(cls.from_problem(layer.name, layer.problem, layer.count),
                                    transposed=layer.transposed)

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from .. import routes
-from ..call import ConvArgs
+from ..frontend import routes
+from ..frontend.call import ConvArgs
 from ..candidate import Candidate
 from ..engine import get_engine
 from ..functional import conv1d, conv2d, conv3d

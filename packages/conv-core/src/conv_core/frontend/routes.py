@@ -2,16 +2,16 @@
 
 A :class:`Route` is decided once per call signature (argument checks, normalisation and ranking
 happen then); afterwards a call is one dictionary lookup (the engine's caches,
-:mod:`conv_core.call_cache`) and :meth:`Route.run`.
+:mod:`conv_core.frontend.call_cache`) and :meth:`Route.run`.
 
 Where aten (PyTorch's convolution) ranks first in every direction the call needs, the route is
 *direct*: ``F.conv*d`` itself, with PyTorch's own autograd. Such a call costs what ``F.conv*d`` costs
 plus the lookup, and under ``torch.compile`` Inductor sees its own convolution (see
-:mod:`conv_core.ops`). Otherwise operands reach the ranked candidates dense in the problem's layout
+:mod:`conv_core.frontend.ops`). Otherwise operands reach the ranked candidates dense in the problem's layout
 (channels-first or channels-last, read from the input's strides); a non-dense input is copied once
 into that layout, and the output has the input's layout.
 
-A transposed call's route (:mod:`conv_core.transposed_route`) runs these directions' problems through
+A transposed call's route (:mod:`conv_core.frontend.transposed_route`) runs these directions' problems through
 :func:`backward_data`, :func:`convolve` and :func:`backward_weight`.
 """
 
@@ -22,14 +22,14 @@ import logging
 import torch
 import torch.nn.functional as F
 
-from . import activations
-from .arch import device_arch
+from .. import activations
+from ..arch import device_arch
 from .call import ConvArgs, problem_of_call
 from .call_cache import BackwardKey, OpKey, calls
-from .engine import ANY_BACKEND, NoCandidateError, get_engine
-from .problem import ConvProblem, dtype_name, torch_dtype
-from .layout import detect_layout, is_dense_in, to_layout
-from .ranking import ATEN_HOST_US, GRAD_ROUTE_US, MARGIN, PLUGIN_HOST_US, Ranking, is_measured
+from ..engine import ANY_BACKEND, NoCandidateError, get_engine
+from ..problem import ConvProblem, dtype_name, torch_dtype
+from ..layout import detect_layout, is_dense_in, to_layout
+from ..ranking import ATEN_HOST_US, GRAD_ROUTE_US, MARGIN, PLUGIN_HOST_US, Ranking, is_measured
 
 log = logging.getLogger("conv_core")
 
@@ -159,7 +159,8 @@ def _run_direction(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape
                    args: ConvArgs, ranking: Ranking | None = None) -> torch.Tensor:
     """``direction``'s result from its two operands, cast to the problem's dtype and dense in ``layout``.
 
-    Without a ``ranking`` the problem is ranked once and kept in the backward cache (:mod:`conv_core.call_cache`).
+    Without a ``ranking`` the problem is ranked once and kept in the backward cache
+    (:mod:`conv_core.frontend.call_cache`).
     """
     engine = get_engine()
     if ranking is None:

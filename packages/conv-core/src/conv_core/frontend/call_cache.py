@@ -4,10 +4,11 @@ A call's signature is checked, normalised and ranked once; afterwards the answer
 Five questions are asked, each with its own key and its own kind of answer:
 
 - ``eager``: how an eager ``conv*d`` call runs (:mod:`conv_core.functional`): its route;
-- ``transposed``: how an eager ``conv_transpose*d`` call runs: its route (:mod:`conv_core.transposed_route`);
-- ``op_routes``: how the opaque op ``conv_core::convolution`` runs its forward (:func:`conv_core.routes.forward`);
-- ``backward``: the ranking a backward op runs when no route brought one (:mod:`conv_core.routes`);
-- ``traced``: whether a plugin kernel wins a layer traced by ``torch.compile`` (:mod:`conv_core.ops`).
+- ``transposed``: how an eager ``conv_transpose*d`` call runs: its route (:mod:`conv_core.frontend.transposed_route`);
+- ``op_routes``: how the opaque op ``conv_core::convolution`` runs its forward
+  (:func:`conv_core.frontend.routes.forward`);
+- ``backward``: the ranking a backward op runs when no route brought one (:mod:`conv_core.frontend.routes`);
+- ``traced``: whether a plugin kernel wins a layer traced by ``torch.compile`` (:mod:`conv_core.frontend.ops`).
 
 The caches belong to the process-wide engine's choices, but the engine does not hold them (it knows nothing of the
 front end): :data:`CURRENT` pairs them with the engine they were made under, :func:`calls` makes new ones for a new
@@ -22,10 +23,10 @@ from typing import NamedTuple, Protocol
 
 import torch
 
-from . import engine as engine_module
+from .. import engine as engine_module
 from .call import ConvArgs
-from .engine import Engine, get_engine, on_reset
-from .ranking import Ranking
+from ..engine import Engine, get_engine, on_reset
+from ..ranking import Ranking
 from .transposed import TransposedArgs
 
 #: The eager key's fields, in order. The key is a plain tuple built inline on every call: constructing a
@@ -51,7 +52,7 @@ def invalidate_memos() -> None:
 
 
 class Runner(Protocol):
-    """What the eager caches hold: a :class:`~conv_core.routes.Route` (or a transposed one) or a route with
+    """What the eager caches hold: a :class:`~conv_core.frontend.routes.Route` (or a transposed one) or a route with
     autograd's activation."""
 
     direct: bool

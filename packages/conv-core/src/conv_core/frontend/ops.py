@@ -3,7 +3,7 @@ Inductor's gains.
 
 Under ``torch.compile`` a conv-core call becomes ``conv_core::conv``, an op whose body
 (``CompositeImplicitAutograd``) runs while the graph is traced and decides per layer, as the eager
-path does (:mod:`conv_core.routes`): where aten ranks first in every direction the graph needs, the
+path does (:mod:`conv_core.frontend.routes`): where aten ranks first in every direction the graph needs, the
 body is ``F.conv*d`` itself, so Inductor sees its own convolution (its fusions, its batch-norm folding
 under freezing, its autotuning); where a plugin kernel wins, the body is ``conv_core::convolution``,
 an opaque custom op whose backward calls the two opaque backward ops. Symbolic (dynamic) shapes cannot
@@ -12,9 +12,9 @@ times anything (first-use benchmarking never runs while tracing).
 
 A transposed call becomes ``conv_core::conv_transpose``, decided the same way: ``F.conv_transpose*d``
 where aten ranks first, else the opaque ``conv_core::convolution_backward_data`` it is
-(:mod:`conv_core.transposed`) with its epilogue as plain operations.
+(:mod:`conv_core.frontend.transposed`) with its epilogue as plain operations.
 
-The ops take the call's arguments as plain lists (:mod:`conv_core.dispatch` translates, and is how
+The ops take the call's arguments as plain lists (:mod:`conv_core.frontend.dispatch` translates, and is how
 the functional API calls them). Fake implementations give shapes, dtypes and strides without running
 anything.
 """
@@ -24,12 +24,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import activations
+from .. import activations
 from .call import ConvArgs, check_call, needs_grad
 from .call_cache import TracedKey, calls
 from .dispatch import call_backward_ops, op_args, op_operands, transposed_op_args
-from .layout import detect_layout, empty_strided_for
-from .problem import ConvProblem, torch_dtype
+from ..layout import detect_layout, empty_strided_for
+from ..problem import ConvProblem, torch_dtype
 from .transposed import TransposedArgs
 from .transposed_route import CONV_TRANSPOSE, build_transposed_route
 from .routes import CONV, backward_data, backward_weight, bias_grad, build_route, forward, pre_activation_grad
@@ -212,7 +212,7 @@ def _conv(input, weight, bias, stride, padding, dilation, groups, activation, ou
 _lib.impl("conv", _conv, "CompositeImplicitAutograd")
 
 
-# ---- transposed convolutions: PyTorch's own, or the opaque data-gradient op (conv_core.transposed) ----------
+# ---- transposed convolutions: PyTorch's own, or the opaque data-gradient op (conv_core.frontend.transposed) ----------
 
 _lib.define("conv_transpose(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
             "int[] output_padding, int groups, int[] dilation, str activation, ScalarType? out_dtype, "

@@ -2,7 +2,7 @@
 
 In eager inference each of the three is a launch and a trip through Python;
 folded, the batch norm disappears into the convolution's weight and bias and
-the activation into its epilogue (see :mod:`conv_core.fold` for the fold and
+the activation into its epilogue (see :mod:`conv_core.fusion.fold` for the fold and
 how it stays correct when parameters change).
 
 :func:`optimize_for_inference` finds the chains in two ways:
@@ -10,7 +10,7 @@ how it stays correct when parameters change).
 - module patterns, on any model: the children of an ``nn.Sequential`` (such as
   torchvision's ``Conv2dNormActivation``) run in order, so a convolution
   followed by a batch norm and/or an activation is a chain;
-- ``torch.fx`` graphs (:mod:`conv_core.fuse_graph`), for blocks that call their
+- ``torch.fx`` graphs (:mod:`conv_core.fusion.fuse_graph`), for blocks that call their
   modules from their own forward: fused only where the traced data flow proves
   that nobody else sees the intermediate values. A module that does not trace
   is left as it is and its children are tried instead.

@@ -37,9 +37,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from . import activations, functional
-from .nn import Conv1d, Conv2d, Conv3d
-from .timing import is_capturing
+from .. import activations, functional
+from ..nn import Conv1d, Conv2d, Conv3d
+from ..timing import is_capturing
 
 #: Convolution classes whose forward is exactly "pad by mode, then convolve": torch's and conv-core's.
 _CONVOLUTIONS = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3, Conv1d: 1, Conv2d: 2, Conv3d: 3}

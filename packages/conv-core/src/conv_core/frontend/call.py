@@ -5,7 +5,7 @@ The functional API, the custom ops' fake implementations, :func:`conv_core.expla
 ``explain`` reports is the problem that runs (autocast's casts included), and a bad argument is
 rejected once, with a message naming it, before anything reaches a kernel. A ``conv_transpose*d``
 call is described as the convolution whose data gradient it is
-(:func:`conv_core.transposed.problem_of_transposed_call`).
+(:func:`conv_core.frontend.transposed.problem_of_transposed_call`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from . import activations
-from .arch import device_arch
-from .errors import ConvArgumentError
-from .problem import ConvProblem, check_call_tensors, dtype_name, normalize_padding, per_dim
-from .layout import detect_layout
+from .. import activations
+from ..arch import device_arch
+from ..errors import ConvArgumentError
+from ..problem import ConvProblem, check_call_tensors, dtype_name, normalize_padding, per_dim
+from ..layout import detect_layout
 
 #: Device types whose autocast state is read (``torch.amp.is_autocast_available`` is not traceable by dynamo).
 AUTOCAST_DEVICES = frozenset({"cpu", "cuda", "xpu", "mps", "hpu"})

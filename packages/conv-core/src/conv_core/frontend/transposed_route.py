@@ -1,7 +1,7 @@
 """How one transposed call signature runs: ``F.conv_transpose*d`` itself, or ``C``'s rankings through the engine.
 
-The transposed counterpart of :mod:`conv_core.routes` (``C`` is the convolution whose data gradient the
-call is, :mod:`conv_core.transposed`). A route is *direct* where aten ranks first in every direction the
+The transposed counterpart of :mod:`conv_core.frontend.routes` (``C`` is the convolution whose data gradient the
+call is, :mod:`conv_core.frontend.transposed`). A route is *direct* where aten ranks first in every direction the
 call needs (``C``'s ``bwd_data`` for the forward; ``fwd`` and ``bwd_weight`` for the gradients) and where
 the geometry is not expressible as ``C``'s problem: it is then ``F.conv_transpose*d`` with PyTorch's
 autograd. Otherwise :class:`TransposedFunction` runs the three rankings through the engine, operands dense
@@ -16,11 +16,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import activations
+from .. import activations
 from .dispatch import call_transposed_backward_ops
-from .engine import get_engine
-from .problem import ConvProblem, dtype_name, torch_dtype
-from .ranking import Ranking
+from ..engine import get_engine
+from ..problem import ConvProblem, dtype_name, torch_dtype
+from ..ranking import Ranking
 from .routes import backward_data, backward_weight, bias_grad, compact, convolve, rank_direction
 from .transposed import TRANSPOSED_DIRECTIONS, TransposedArgs, check_transposed_call, problem_of_transposed_call
 

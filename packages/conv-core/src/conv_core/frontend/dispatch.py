@@ -1,12 +1,12 @@
-"""How a call reaches the custom ops of :mod:`conv_core.ops`: the layer the functional API and the ops share.
+"""How a call reaches the custom ops of :mod:`conv_core.frontend.ops`: the layer the functional API and the ops share.
 
 The ops take a call's arguments as the plain lists their schemas allow (padding flattened as
 ``[left0, right0, left1, right1, ...]``, empty strings for "none"); :func:`op_args` and
-:func:`op_operands` translate between that form and :class:`~conv_core.call.ConvArgs`. The functional
+:func:`op_operands` translate between that form and :class:`~conv_core.frontend.call.ConvArgs`. The functional
 API enters the ops in two places: a call made while ``torch.compile`` traces (:func:`traced_call`), and
 an eager backward that must itself be differentiable (:func:`call_backward_ops`). It calls them through
 ``torch.ops.conv_core``, PyTorch's registry of ops, where importing ``conv_core`` (its ``__init__``
-imports :mod:`conv_core.ops`) has put them; so neither module imports the other.
+imports :mod:`conv_core.frontend.ops`) has put them; so neither module imports the other.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .call import ConvArgs, autocast_operands
-from .problem import torch_dtype
+from ..problem import torch_dtype
 from .transposed import TransposedArgs
 
 
@@ -43,7 +43,7 @@ def call_backward_ops(input, weight, grad_pre, layout: str, args: ConvArgs, need
 
 def call_transposed_backward_ops(input, weight, grad_pre, args: ConvArgs, needed) -> tuple:
     """(dx, dw) of a transposed call through the custom ops, as ``C``'s forward and weight gradient
-    (:mod:`conv_core.transposed`); ``args`` are ``C``'s."""
+    (:mod:`conv_core.frontend.transposed`); ``args`` are ``C``'s."""
     stride, padding, dilation, groups, _, _, backend = op_operands(args)
     geometry = (stride, padding, dilation, groups, backend)
     ops = torch.ops.conv_core

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
-from . import activations
-from .arch import device_arch
+from .. import activations
+from ..arch import device_arch
 from .call import ConvArgs, out_dtype_name
-from .errors import ConvArgumentError
-from .layout import detect_layout
-from .problem import ConvProblem, dtype_name, per_dim
+from ..errors import ConvArgumentError
+from ..layout import detect_layout
+from ..problem import ConvProblem, dtype_name, per_dim
 
 #: A transposed layer's direction -> the direction of the convolution C whose problem computes it (an involution):
 #: the transposed forward is C's data gradient, its data gradient C's forward, its weight gradient C's.

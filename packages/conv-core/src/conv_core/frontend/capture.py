@@ -17,7 +17,7 @@ called:
 
 Transposed convolutions (``nn.ConvTranspose*d``, ``F.conv_transpose*d`` and
 conv-core's) are recorded as the convolution whose data gradient they are
-(:mod:`conv_core.transposed`), marked ``transposed``: their forward is that
+(:mod:`conv_core.frontend.transposed`), marked ``transposed``: their forward is that
 convolution's ``bwd_data`` problem. One whose geometry has no such problem
 (``output_padding`` not smaller than ``stride``) is not recorded.
 
@@ -39,10 +39,11 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import functional, routes, transposed_route
+from .. import functional
+from . import routes, transposed_route
 from .call import problem_of_tensors
 from .call_cache import invalidate_memos
-from .problem import ConvProblem
+from ..problem import ConvProblem
 from .transposed import TRANSPOSED_DIRECTIONS, TransposedArgs, problem_of_transposed_call
 
 __all__ = ["CapturedLayer", "capture_shapes"]
