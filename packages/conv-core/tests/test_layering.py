@@ -61,3 +61,14 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith(("conv_core.", "c
 def test_no_module_of_the_core_is_long():
     lines = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in ROOT.rglob("*.py")}
     assert {name: n for name, n in lines.items() if n > MODULE_LINES} == {}
+
+
+#: The most lines the runtime may hold together: what a converted model's process can load (everything but the
+#: command line and the conformance kit's ``testing/``), issue 32's bound on a thin core.
+RUNTIME_LINES = 7_000
+
+
+def test_the_runtime_core_is_thin():
+    runtime = [path for path in ROOT.rglob("*.py") if path.relative_to(ROOT).parts[0] != "testing"
+               and ".".join(("conv_core", *path.relative_to(ROOT).with_suffix("").parts)) not in COMMAND_LINE]
+    assert sum(len(path.read_text().splitlines()) for path in runtime) <= RUNTIME_LINES
