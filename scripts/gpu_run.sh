@@ -24,7 +24,9 @@
 #                into OUT_DIR/gluon (gpu_gluon.json, gpu_gluon.md)
 #   pytest:PATH : CUDA pytest of one test file (CONV_RDNA_TEST_DEVICE=cuda), -k $PYTEST_K if set
 #   models     : the real-model benchmark (conv-core bench --model) of each model in $MODELS (default: the issue's
-#                six) into OUT_DIR/models_NAME.json, modes $MODEL_MODES (default all), $MODEL_ARGS appended
+#                six) into OUT_DIR/models_NAME.json (and all of them in OUT_DIR/models.tgz: the device returns few
+#                files), modes $MODEL_MODES (default all), $MODEL_ARGS appended; no model is started once
+#                $MODELS_BUDGET_S seconds have passed
 #   calls      : each layer of $CALL_SUITES through conv_core.conv*d / conv_transpose*d as a model calls it: forward
 #                and gradients against float64, eager time per call against F.* (scripts/gpu_layer_calls.py)
 #                into OUT_DIR/layer_calls.json
@@ -156,9 +158,14 @@ for stage in "$@"; do
         2>&1 | tail -30 | tee -a "$out/pytest.txt" || status=1
       ;;
     models)
+      started=$(date +%s)
       for model in ${MODELS:-resnet50 convnext_tiny mobilenet_v3_large efficientnet_b0 retinanet sd_vae_decoder}; do
+        if [ $(( $(date +%s) - started )) -ge "${MODELS_BUDGET_S:-100000}" ]; then
+          echo "models: $model not started: MODELS_BUDGET_S=${MODELS_BUDGET_S} spent"; continue
+        fi
         conv-core bench --model "$model" ${MODEL_MODES:+--modes "$MODEL_MODES"} --json "$out/models_$model.json" \
           ${MODEL_ARGS:-} 2>&1 | tail -25 || status=1
+        tar czf "$out/models.tgz" -C "$out" $(cd "$out" && ls models_*.json)  # one file back for all of them
       done
       ;;
     calls)
