@@ -303,6 +303,23 @@ def test_a_capture_reads_the_cached_fold_and_keeps_it_alive(folds, monkeypatch):
         assert fold._CACHE[fused[0]] is not captured and fold._CAPTURED[fused[0]] == [captured]
 
 
+class _Doubled(nn.Module):
+    def forward(self, w):
+        return w * 2
+
+
+def test_a_parametrized_weight_is_folded_as_computed(folds):
+    """A fused call reads parameters and buffers from the modules' dicts; a parametrized weight is none of them
+    and is computed, as torch computes it."""
+    from torch.nn.utils import parametrize
+
+    ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()))
+    for model in (ref, fused):
+        parametrize.register_parametrization(model[0], "weight", _Doubled())
+    x = images()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert folds  # folded, not run as the modules
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_gradients_in_eval_mode_reach_the_original_parameters(dtype):
     ref, fused = pair(TinyResNet(), dtype)

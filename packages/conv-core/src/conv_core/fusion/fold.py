@@ -124,6 +124,21 @@ class Stats(NamedTuple):
     counter: torch.Tensor | None
 
 
+_MISSING = object()
+
+
+def member(module: nn.Module, name: str):
+    """``module.<name>`` without ``nn.Module.__getattr__`` (microseconds per attribute in a model, and a fused
+    call reads eight): a parameter or buffer from its dict; anything else (a parametrized weight) as torch
+    reads it."""
+    found = module._parameters.get(name, _MISSING)
+    if found is _MISSING:
+        found = module._buffers.get(name, _MISSING)
+        if found is _MISSING:
+            return getattr(module, name)
+    return found
+
+
 def running_stats(norm) -> Stats | None:
     """What ``norm`` would normalise with now, or None when it would use the batch's statistics.
 
@@ -131,12 +146,13 @@ def running_stats(norm) -> Stats | None:
     uses the batch's statistics (and updates its running ones), so it cannot
     be folded.
     """
+    mean, var, weight, bias = (member(norm, "running_mean"), member(norm, "running_var"), member(norm, "weight"),
+                               member(norm, "bias"))
     if type(norm) not in _BATCH_NORMS:  # then torchvision's frozen batch norm (fusion checked that)
-        return Stats(norm.running_mean, norm.running_var, norm.weight, norm.bias, norm.eps, None)
-    mean, var = norm.running_mean, norm.running_var
+        return Stats(mean, var, weight, bias, norm.eps, None)
     if norm.training or mean is None or var is None:
         return None
-    return Stats(mean, var, norm.weight, norm.bias, norm.eps, norm.num_batches_tracked)
+    return Stats(mean, var, weight, bias, norm.eps, member(norm, "num_batches_tracked"))
 
 
 def fold(weight: torch.Tensor, bias: torch.Tensor | None, mean: torch.Tensor, var: torch.Tensor,
@@ -200,7 +216,7 @@ def _fold_each_call(sources: tuple) -> bool:
 def folded_parameters(conv: nn.Module, stats: Stats) -> tuple[torch.Tensor, torch.Tensor]:
     """``conv``'s weight and bias with the batch norm of ``stats`` folded in: cached when no gradient is needed
     (a CUDA graph capture reads the cached fold: see the module's docstring)."""
-    sources = (conv.weight, conv.bias, stats.mean, stats.var, stats.weight, stats.bias)
+    sources = (member(conv, "weight"), member(conv, "bias"), stats.mean, stats.var, stats.weight, stats.bias)
     if _fold_each_call(sources):
         return fold(*sources, stats.eps)
     capturing = is_capturing(sources[0].device)
@@ -240,7 +256,7 @@ def convolve(conv: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch
 def conv_bn_act(x: torch.Tensor, conv: nn.Module, norm: nn.Module | None, activation: str | None) -> torch.Tensor:
     """``activation(norm(conv(x)))`` as one conv-core call when ``norm`` can be folded now; the modules otherwise."""
     if norm is None:
-        return convolve(conv, x, conv.weight, conv.bias, activation)
+        return convolve(conv, x, member(conv, "weight"), member(conv, "bias"), activation)
     stats = running_stats(norm)
     if stats is None:
         return activations.apply(activation, norm(conv(x)))
