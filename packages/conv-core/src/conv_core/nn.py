@@ -38,17 +38,24 @@ _grad_enabled, _deterministic = functional._grad_enabled, functional._determinis
 _UNSEEN = object()  # a signature the memo has no word on
 
 
+_MISSING = object()
+
+
+def member(module: nn.Module, name: str):
+    """``module.<name>`` without ``nn.Module.__getattr__`` (microseconds per attribute on every call, in a model):
+    a parameter or buffer read from its dict. Anything else (a parametrized weight, which is not a registered
+    parameter, or old-style ``weight_norm``'s) is read as an attribute, as torch reads it."""
+    found = module._parameters.get(name, _MISSING)
+    if found is _MISSING:
+        found = module._buffers.get(name, _MISSING)
+        if found is _MISSING:
+            return getattr(module, name)
+    return found
+
+
 def _weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The module's ``weight`` and ``bias`` read from its parameters, where ``module.weight`` would go through
-    ``nn.Module.__getattr__`` (microseconds per attribute on every call). A parametrized weight or bias
-    (``torch.nn.utils.parametrize``, old-style ``weight_norm``) is not a registered parameter: it is read as an
-    attribute, as torch reads it."""
-    parameters = module._parameters
-    weight = parameters.get("weight")
-    if weight is None:
-        weight = module.weight
-    bias = parameters["bias"] if "bias" in parameters else module.bias
-    return weight, bias
+    """The module's ``weight`` and ``bias``, each read by :func:`member`."""
+    return member(module, "weight"), member(module, "bias")
 
 
 class _ConvCoreMixin:

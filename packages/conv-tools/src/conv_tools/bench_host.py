@@ -59,9 +59,7 @@ def _call(conv: Callable, x, w, gy, what: str) -> Callable[[], object]:
 def _core_conv(backend: str | None) -> Callable:
     import conv_core
 
-    conv = lambda x, w, b, stride, padding: conv_core.conv2d(x, w, b, stride, padding, backend=backend)  # noqa: E731
-    conv.backend = backend
-    return conv
+    return functools.partial(conv_core.conv2d, backend=backend)
 
 
 def _module(conv: Callable, w: torch.Tensor) -> torch.nn.Module:
@@ -70,7 +68,7 @@ def _module(conv: Callable, w: torch.Tensor) -> torch.nn.Module:
     from conv_core import nn as core_nn
 
     out_channels, in_channels, k, _ = w.shape
-    kind = torch.nn.Conv2d if conv is F.conv2d else functools.partial(core_nn.Conv2d, backend=conv.backend)
+    kind = torch.nn.Conv2d if conv is F.conv2d else functools.partial(core_nn.Conv2d, **conv.keywords)
     module = kind(in_channels, out_channels, k, padding=k // 2, bias=False, device=w.device, dtype=w.dtype)
     module.weight.data = w.detach().clone()  # in w's layout, as a converted model's weights are
     return module.requires_grad_(False)

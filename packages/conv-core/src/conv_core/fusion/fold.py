@@ -38,7 +38,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from .. import activations, functional
-from ..nn import Conv1d, Conv2d, Conv3d
+from ..nn import Conv1d, Conv2d, Conv3d, member
 from ..timing import is_capturing
 
 #: Convolution classes whose forward is exactly "pad by mode, then convolve": torch's and conv-core's.
@@ -122,21 +122,6 @@ class Stats(NamedTuple):
     #: ``num_batches_tracked``: batch norm updates its running statistics without bumping their version
     #: counters, but increments this counter (in place, bumping its version) on every training-mode call.
     counter: torch.Tensor | None
-
-
-_MISSING = object()
-
-
-def member(module: nn.Module, name: str):
-    """``module.<name>`` without ``nn.Module.__getattr__`` (microseconds per attribute in a model, and a fused
-    call reads eight): a parameter or buffer from its dict; anything else (a parametrized weight) as torch
-    reads it."""
-    found = module._parameters.get(name, _MISSING)
-    if found is _MISSING:
-        found = module._buffers.get(name, _MISSING)
-        if found is _MISSING:
-            return getattr(module, name)
-    return found
 
 
 def running_stats(norm) -> Stats | None:
