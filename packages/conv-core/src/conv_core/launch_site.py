@@ -15,7 +15,8 @@ function that builds it, called per launch on that launch's tensor, on either pa
 on every call.
 
 Nothing here imports Triton: the kernel object is the backend's. Off CUDA (the interpreter) and with
-``CONV_CORE_JIT_LAUNCH=1`` every launch goes through the JIT.
+``CONV_CORE_JIT_LAUNCH=1`` every launch goes through the JIT; the first interpreted launch drops the
+interpreter's dead work (:func:`conv_core.interpreter.lean_interpreter`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import os
 from collections.abc import Callable, Mapping
 
 import torch
+
+from .interpreter import interpreting, lean_interpreter
 
 #: Alignment (bytes) at which Triton's JIT specializes a pointer argument.
 POINTER_ALIGNMENT = 16
@@ -105,6 +108,8 @@ class LaunchSite:
         return {name: self.arguments[name](t) if name in self.arguments else t for name, t in zip(self.pointers, bound)}
 
     def _through_jit(self, tensors: Mapping[str, object]):
+        if interpreting():
+            lean_interpreter()
         return self.kernel[self.grid](**tensors, **self.values, **self.options)
 
     @functools.cached_property

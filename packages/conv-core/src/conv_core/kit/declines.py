@@ -7,11 +7,11 @@ Each returns a reason a user can act on, or None. A backend composes the ones it
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 
 import torch
 
+from ..interpreter import interpreting
 from ..problem import ConvProblem
 
 #: Largest element count (and so offset) of a tensor indexed with 32-bit arithmetic.
@@ -19,11 +19,6 @@ INT32_ELEMENTS = 2**31 - 1
 
 #: Largest grid size along axes 1 and 2 of a launch.
 GRID_YZ_LIMIT = 65535
-
-
-def interpreting() -> bool:
-    """Whether Triton kernels run under the CPU interpreter in this process (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def device_issue(device: torch.device, *, interpretable: bool = True) -> str | None:

@@ -1,0 +1,103 @@
+"""conv_core.interpreter on stand-ins for Triton's interpreter module (conv-core's tests run without Triton;
+conv-rdna's test_launch_paths.py checks the real one gives the same bits with and without it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+from conv_core import interpreter
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    debug: bool = False
+    sanitize_overflow: bool = True
+
+
+def fake_interpreter(debug: bool = False):
+    """A module shaped like ``triton.runtime.interpreter``: options, a language patch that counts what it
+    patches (and undoes), and a grid executor that patches once and calls the kernel's nested functions."""
+    tl = types.ModuleType("tl")
+    tl.core = types.ModuleType("tl.core")
+    module = types.SimpleNamespace(tl=tl, patched=[], undone=[])
+
+    class Scope:
+        def __init__(self, names=()):
+            self.names = list(names)
+
+        def restore(self):
+            module.undone.extend(self.names)
+
+    def patch_lang(fn):
+        names = sorted(v.__name__ for v in fn.__globals__.values() if v is tl or v is tl.core)
+        module.patched.extend(names)
+        return Scope(names)
+
+    class GridExecutor:
+        def __init__(self, fn, nested):
+            self.fn, self.nested = fn, nested
+
+        def __call__(self):
+            scope = module._patch_lang(self.fn)
+            try:
+                for fn in self.nested:
+                    module._patch_lang(fn)
+            finally:
+                scope.restore()
+
+    module.interpreter_builder = types.SimpleNamespace(options=Options(debug=debug))
+    module._patch_lang, module._LangPatchScope, module.GridExecutor = patch_lang, Scope, GridExecutor
+    return module
+
+
+def function_seeing(**names):
+    """A function whose globals hold ``names`` (as a kernel's module would hold ``tl``)."""
+    return types.FunctionType(compile("def f(): pass", "<f>", "exec").co_consts[0], dict(names))
+
+
+def test_overflow_checks_go_unless_debug():
+    lean = fake_interpreter()
+    interpreter._without_overflow_checks(lean)
+    assert lean.interpreter_builder.options == Options(sanitize_overflow=False)
+    debugging = fake_interpreter(debug=True)
+    interpreter._without_overflow_checks(debugging)
+    assert debugging.interpreter_builder.options.sanitize_overflow
+
+
+def test_options_of_another_shape_are_left_alone():
+    other = types.SimpleNamespace(interpreter_builder=types.SimpleNamespace(options=object()))
+    options = other.interpreter_builder.options
+    interpreter._without_overflow_checks(other)
+    assert other.interpreter_builder.options is options
+
+
+def test_a_launch_patches_each_language_module_once():
+    fake = fake_interpreter()
+    interpreter._language_patched_once_per_launch(fake)
+    tl = fake.tl
+    kernel = function_seeing(tl=tl)
+    helper, standard = function_seeing(tl=tl), function_seeing(core=tl.core)
+    fake.GridExecutor(kernel, [helper, standard, helper, standard])()
+    # the kernel's tl, then tl.core the first time a function sees it; the launch's own patch is undone
+    assert fake.patched == ["tl", "tl.core"]
+    assert fake.undone == ["tl"]
+    fake.GridExecutor(kernel, [standard])()  # a new launch starts over
+    assert fake.patched == ["tl", "tl.core", "tl", "tl.core"]
+
+
+def test_outside_a_launch_triton_patches_as_it_would():
+    fake = fake_interpreter()
+    interpreter._language_patched_once_per_launch(fake)
+    helper = function_seeing(tl=fake.tl)
+    fake._patch_lang(helper)
+    fake._patch_lang(helper)
+    assert fake.patched == ["tl", "tl"]
+
+
+def test_it_wraps_once():
+    fake = fake_interpreter()
+    interpreter._language_patched_once_per_launch(fake)
+    wrapped = fake._patch_lang, fake.GridExecutor.__call__
+    interpreter._language_patched_once_per_launch(fake)
+    assert (fake._patch_lang, fake.GridExecutor.__call__) == wrapped
