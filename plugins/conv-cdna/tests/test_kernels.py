@@ -23,7 +23,7 @@ DEVICE = torch.device(os.environ.get("CONV_CDNA_TEST_DEVICE", "cpu"))
 DTYPES = ("float16",) if DEVICE.type == "cpu" else ("float16", "bfloat16")
 
 #: Small problems, first match per kernel: a general layer, Winograd's smallest, few input and few output channels,
-#: a strided one, depthwise, a 1x1 one, a grouped one (6 -> 4 channels a group).
+#: a strided one, depthwise, a 1x1 one, a grouped one (6 -> 4 channels a group), one whose filter is its stride.
 SHAPES = (
     dict(batch=2, in_channels=24, out_channels=20, input_size=(9, 10), filter_size=(3, 3), padding=1),
     dict(batch=4, in_channels=64, out_channels=64, input_size=(8, 8), filter_size=(3, 3), padding=1),
@@ -34,6 +34,7 @@ SHAPES = (
     dict(batch=2, in_channels=16, out_channels=16, input_size=(9, 9), filter_size=(3, 3), padding=1, groups=16),
     dict(batch=2, in_channels=16, out_channels=24, input_size=(7, 9), filter_size=(1, 1)),
     dict(batch=2, in_channels=24, out_channels=16, input_size=(7, 9), filter_size=(3, 3), padding=1, groups=4),
+    dict(batch=2, in_channels=12, out_channels=20, input_size=(8, 11), filter_size=(2, 2), stride=(2, 2)),
 )
 
 

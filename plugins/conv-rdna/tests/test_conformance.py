@@ -9,6 +9,7 @@ there); test_kernels.py checks the interpreter workaround once, and the GPU run 
 
 import os
 
+from conv_core.problem import ConvProblem
 from conv_core.testing import ConformanceSuite
 
 DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
@@ -22,3 +23,13 @@ class TestRdnaConformance(ConformanceSuite):
     directions = ("fwd", "bwd_data", "bwd_weight")
     random_count = 24
     max_macs = 20_000
+    #: Data gradients whose filter is the stride (bwd_data_shuffle's), which random problems seldom draw: 1D to 3D,
+    #: both layouts, a padded one, one with rows past the last window.
+    extra_problems = tuple(ConvProblem("bwd_data", 2, cin, cout, size, size_filter, size_filter, padding, 1,
+                                       dtype=dtype, weight_dtype=dtype, out_dtype=dtype, layout=layout)
+                           for cin, cout, size, size_filter, padding, dtype, layout in (
+        (6, 10, (9, 8), (2, 2), 0, "float16", "channels_last"),
+        (5, 7, (9, 7), (3, 2), ((1, 0), (0, 1)), "float32", "channels_first"),
+        (4, 6, (3, 4, 5), (1, 2, 2), 0, "float16", "channels_first"),
+        (3, 9, (17,), (4,), 0, "float32", "channels_last"),
+    ))

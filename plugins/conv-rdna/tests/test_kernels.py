@@ -129,6 +129,43 @@ def test_bwd_data_phased_float32():
     check(problem.with_direction("bwd_data"), "bwd_data_phased")
 
 
+# ---- data gradient where the filter is the stride: one GEMM and a pixel shuffle ---------------------------
+
+SHUFFLE = {  # BLOCK_N=16 columns over taps x channels: tiles span taps, partial ones too
+    "k2s2-c5k20": dict(in_channels=5, out_channels=20, input_size=(6, 8), filter_size=2, stride=2),
+    "k3x2-s3x2-padded-g2": dict(in_channels=6, out_channels=34, groups=2, input_size=(10, 7), filter_size=(3, 2),
+                                stride=(3, 2), padding=((1, 2), (1, 0))),
+    "k2s2-odd-rows-past-the-last-window": dict(in_channels=3, out_channels=4, input_size=(7, 9), filter_size=2,
+                                               stride=2),
+    "conv1d-k4s4": dict(in_channels=7, out_channels=9, input_size=(19,), filter_size=4, stride=4, padding=((1, 0),)),
+    "conv3d-k2s2-odd-height": dict(in_channels=4, out_channels=6, input_size=(4, 5, 6), filter_size=2, stride=2),
+    "conv3d-k2x1x1-s2x1x1": dict(in_channels=5, out_channels=3, input_size=(5, 3, 4), filter_size=(2, 1, 1),
+                                 stride=(2, 1, 1), padding=((1, 0), (0, 0), (0, 0))),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", SHUFFLE)
+def test_bwd_data_shuffle(name, layout):
+    problem = fwd(dtype="float16", layout=layout, **SHUFFLE[name]).with_direction("bwd_data")
+    p, _, _ = check(problem, "bwd_data_shuffle")
+    assert (p.zero == "out") == (name in ("k2s2-odd-rows-past-the-last-window", "conv3d-k2s2-odd-height"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bwd_data_shuffle_other_dtypes(dtype):
+    check(fwd(dtype=dtype, layout="channels_last", **SHUFFLE["k3x2-s3x2-padded-g2"]).with_direction("bwd_data"),
+          "bwd_data_shuffle")
+
+
+def test_bwd_data_shuffle_is_offered_only_where_the_filter_is_the_stride():
+    entry = registry.REGISTRY["bwd_data_shuffle"]
+    offered = fwd(dtype="float16", layout="channels_last", **SHUFFLE["k2s2-c5k20"]).with_direction("bwd_data")
+    assert entry.issue(offered) is None
+    for other in (dict(filter_size=3), dict(filter_size=1, stride=1), dict(dilation=2)):
+        assert entry.issue(offered.replace(**other)) is not None, other
+
+
 # ---- weight gradient: split reduction ---------------------------------------------------------------------
 
 BWD_WEIGHT = {  # each has at least 3 BLOCK_K=16 blocks of output pixels, so that 3 splits all get work

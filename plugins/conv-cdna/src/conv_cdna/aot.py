@@ -38,8 +38,8 @@ MFMA_PATTERN = r"\bv_mfma_\w+"
 #: families, whose operand loads are vectors there. Elsewhere (channels-first pixels, few-channel gathers, 1D edge
 #: shapes) loads of one element are filtered out of the AMD stream pipeliner on gfx90a/gfx942, so a loop may stay
 #: unpipelined; the table in docs/cdna-compile.md says which.
-MUST_PIPELINE = ("implicit_gemm", "conv3x3", "gemm1x1", "bwd_data_phased", "bwd_weight_split", "bwd_weight_atomic",
-                 "col2im_bwd_data", "winograd_f4x3", "winograd_f4x3_bwd_weight")
+MUST_PIPELINE = ("implicit_gemm", "conv3x3", "gemm1x1", "bwd_data_phased", "bwd_data_shuffle", "bwd_weight_split",
+                 "bwd_weight_atomic", "col2im_bwd_data", "winograd_f4x3", "winograd_f4x3_bwd_weight")
 #: What the compiler found: configurations that spilled or overflowed on a target, which :mod:`conv_cdna.derive`
 #: then never chooses (``python -m conv_cdna.aot --record``).
 REJECTED = "rejected.json"

@@ -207,6 +207,12 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
         if shape == "1x1-s2":
             return None
         fields.update(filter_size=1, stride=1, padding=0)
+    if kernel == "bwd_data_shuffle":  # the geometry's strides as its filter; a stride-1 geometry at stride 2
+        stride = fields.get("stride", 1)
+        stride = tuple(stride) if isinstance(stride, tuple) else (stride,) * len(fields["input_size"])
+        if all(s == 1 for s in stride):
+            stride = tuple(2 if size >= 2 else 1 for size in fields["input_size"])
+        fields.update(filter_size=stride, stride=stride, padding=0, dilation=1)
     problem = ConvProblem("fwd", **{"stride": 1, "padding": 0, "dilation": 1, **fields})
     if problem.ndim == 3 and REGISTRY[kernel].issue(problem.with_direction(REGISTRY[kernel].directions[0])):
         return None  # a 1D/2D kernel

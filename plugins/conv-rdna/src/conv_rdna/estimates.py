@@ -54,6 +54,21 @@ def tiled(problem: ConvProblem, p: Plan, tab: configs.ArchTable, *, family: str,
     return roofline(problem, p, compute, eff["memory"])
 
 
+def shuffle(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
+    """``bwd_data_shuffle``: one GEMM of rows ``dy``'s pixels, columns taps x channels, reduction ``dy``'s
+    channels (the tables' efficiencies are ``bwd_data_phased``'s until the kernel is measured: the same GEMM per
+    tap)."""
+    g, c = p.geometry, p.config
+    used = 1.0
+    for size, block in ((g.batch * g.od * g.p * g.q, c.block_m), (g.taps * g.cin, c.block_n), (g.cout, c.block_k)):
+        used *= size / (math.ceil(size / block) * block)
+    eff = tab.efficiency[p.kernel]
+    compute = eff["compute"] * used
+    if problem.layout == "channels_first":
+        compute *= tab.efficiency["channels_first_factor"]
+    return roofline(problem, p, compute, eff["memory"])
+
+
 def few_cout(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
     """``few_channels_out``'s forward kernel (itself, or the data gradient of few input channels on ``dy``): its
     work counts halo pixels, output slots outside the tile and padded columns, and it reads the input (most

@@ -23,7 +23,7 @@ from conv_core.problem import ConvProblem
 from . import estimates
 from .configs import ArchTable
 from .plans import channels_first, col2im, depthwise, few_channels, gradients, grouped, implicit_gemm, winograd
-from .plans import winograd_bwd_weight
+from .plans import shuffle, winograd_bwd_weight
 from .plans.common import Plan, bwd_data_phases
 
 
@@ -77,6 +77,12 @@ def phased_issue(problem: ConvProblem) -> str | None:
     without taps left to a fill of zeros (:func:`conv_rdna.plans.common.bwd_data_phases`)."""
     if problem.direction == "bwd_data" and not bwd_data_phases(Geometry.of(problem), leave_zeros=True):
         return "a dilated strided data gradient: its stride phases are not forward convolutions of dy"
+    return general_issue(problem)
+
+
+def shuffle_issue(problem: ConvProblem) -> str | None:
+    if not shuffle.filter_is_stride(problem):
+        return "the filter is not the stride on every axis (or is dilated, or 1 everywhere)"
     return general_issue(problem)
 
 
@@ -151,6 +157,11 @@ GENERAL = (
     _entry("bwd_data_phased", "bwd_data", BWD_DATA, gradients.bwd_data_phased, applies=general_issue,
            ranks=VOLUMES, summary=(
         "the data gradient decomposed by **stride phase** (below): no wasted taps for stride > 1.")),
+    _entry("bwd_data_shuffle", "bwd_data", BWD_DATA, shuffle.shuffle_bwd_data, estimates.shuffle,
+           applies=shuffle_issue, ranks=VOLUMES, summary=(
+        "filter = stride on every axis, undilated (the transposed convolution of a UNet up-convolution): one GEMM "
+        "over `dy`'s pixels with `N` = taps x input channels, each tile stored through a **pixel shuffle** "
+        "(every `dx` element is one tap's), reading `dy` once where the phased kernel reads it once per tap.")),
     _entry("bwd_weight_split", "bwd_weight", BWD_WEIGHT, gradients.bwd_weight, applies=general_issue,
            ranks=VOLUMES, summary=(
         "`M` = output channels, `N` = input channels (one tap per program), `K` = batch x output pixels, "
