@@ -38,6 +38,7 @@ LAYERS = {
     "image out": dict(in_channels=16, out_channels=3, input_size=(12, 12), filter_size=3, padding=1),
     "depthwise": dict(in_channels=16, out_channels=16, input_size=(12, 12), filter_size=3, padding=1, groups=16),
     "grouped": dict(in_channels=16, out_channels=16, input_size=(12, 12), filter_size=3, padding=1, groups=4),
+    "2x2/2 (up-convolution)": dict(in_channels=16, out_channels=32, input_size=(12, 12), filter_size=2, stride=2),
 }
 PROBLEMS = {f"{name} {direction} {layout[:8]}": ConvProblem(
     "fwd", **{"batch": 2, "stride": 1, "padding": 0, "dilation": 1, "dtype": "float16", "layout": layout, **fields},
