@@ -51,9 +51,9 @@ def conv_shuffle_bwd_data(
         acc = mma(a, b, acc, INTERPRET)
         dy_tile += BLOCK_K * sdyc
         w_tile += BLOCK_K * swk
-    result = cast_for_store(acc, dx_ptr, INTERPRET)  # before the store's addresses: the float32 tile dies here
+    result = cast_for_store(acc, dx_ptr, INTERPRET)
 
-    # 0 <= coordinate < size as one unsigned comparison each: fewer live tiles (the store's pointers fill registers)
+    # dx's coordinates of each element, each bound 0 <= coordinate < size as one unsigned comparison
     inside = (((z0[:, None] + t[None, :]).to(tl.uint32) < D) & ((h0[:, None] + r[None, :]).to(tl.uint32) < H)
               & ((w0[:, None] + s[None, :]).to(tl.uint32) < W))
     rows = n * sdxn + z0 * sdxd + h0 * sdxh + w0 * sdxw
