@@ -16,6 +16,7 @@ from conv_core.problem import ConvProblem, element_size
 
 from . import configs
 from .plans.common import Plan, cdiv
+from .plans import shuffle
 from .plans.few_channels import few_cout_work
 from .plans.grouped import groups_per_tile
 
@@ -32,8 +33,9 @@ def roofline(problem: ConvProblem, p: Plan, compute: float, memory: float) -> fl
 
 
 def tile_utilization(problem: ConvProblem, p: Plan, family: str) -> float:
-    """Fraction of the matrix work in the tiles that is real (the rest multiplies padding)."""
-    view = configs.gemm_view(problem, family)
+    """Fraction of the matrix work in the tiles that is real (the rest multiplies padding), on the family's GEMM
+    view (``bwd_data_shuffle`` on its own: its columns are taps x channels)."""
+    view = shuffle.gemm_view(p.geometry) if p.kernel == shuffle.KERNEL else configs.gemm_view(problem, family)
     c = p.config
     pixel_blocks = family == "bwd_weight" or family in configs.FEW_CHANNELS_BWD_WEIGHT_FAMILIES
     red_block = 1 if pixel_blocks else c.block_k  # batch-wide pixel blocks: only the last is partial
@@ -50,21 +52,6 @@ def tiled(problem: ConvProblem, p: Plan, tab: configs.ArchTable, *, family: str,
     eff = tab.efficiency[p.kernel]
     compute = eff["compute"] * tile_utilization(problem, p, family)
     if problem.layout == "channels_first" and not channels_first_kernel:
-        compute *= tab.efficiency["channels_first_factor"]
-    return roofline(problem, p, compute, eff["memory"])
-
-
-def shuffle(problem: ConvProblem, p: Plan, tab: configs.ArchTable) -> float:
-    """``bwd_data_shuffle``: one GEMM of rows ``dy``'s pixels, columns taps x channels, reduction ``dy``'s
-    channels (the tables' efficiencies are ``bwd_data_phased``'s until the kernel is measured: the same GEMM per
-    tap)."""
-    g, c = p.geometry, p.config
-    used = 1.0
-    for size, block in ((g.batch * g.od * g.p * g.q, c.block_m), (g.taps * g.cin, c.block_n), (g.cout, c.block_k)):
-        used *= size / (math.ceil(size / block) * block)
-    eff = tab.efficiency[p.kernel]
-    compute = eff["compute"] * used
-    if problem.layout == "channels_first":
         compute *= tab.efficiency["channels_first_factor"]
     return roofline(problem, p, compute, eff["memory"])
 

@@ -157,8 +157,8 @@ GENERAL = (
     _entry("bwd_data_phased", "bwd_data", BWD_DATA, gradients.bwd_data_phased, applies=general_issue,
            ranks=VOLUMES, summary=(
         "the data gradient decomposed by **stride phase** (below): no wasted taps for stride > 1.")),
-    _entry("bwd_data_shuffle", "bwd_data", BWD_DATA, shuffle.shuffle_bwd_data, estimates.shuffle,
-           applies=shuffle_issue, ranks=VOLUMES, summary=(
+    _entry(shuffle.KERNEL, "bwd_data", BWD_DATA, shuffle.shuffle_bwd_data, applies=shuffle_issue, ranks=VOLUMES,
+           summary=(
         "filter = stride on every axis, undilated (the transposed convolution of a UNet up-convolution): one GEMM "
         "over `dy`'s pixels with `N` = taps x input channels, each tile stored through a **pixel shuffle** "
         "(every `dx` element is one tap's), reading `dy` once where the phased kernel reads it once per tap.")),

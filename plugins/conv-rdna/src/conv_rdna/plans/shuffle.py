@@ -11,8 +11,17 @@ from conv_core.problem import ConvProblem
 
 from ..configs import ArchTable, TileConfig
 from ..kernels.shuffle import conv_shuffle_bwd_data
-from .common import Plan, cdiv, depth_scalars, named, row_vector, strides_ncdhw, tile_constexprs, tiled_launch
-from .common import weight_scalars
+from .common import (Plan, cdiv, depth_scalars, named, row_vector, strides_ncdhw, tile_constexprs, tiled_launch,
+                     weight_scalars)
+
+
+KERNEL = "bwd_data_shuffle"
+
+
+def gemm_view(g: Geometry) -> dict[str, int]:
+    """The kernel's GEMM (as :func:`conv_rdna.configs.gemm_view` gives a family's): rows ``dy``'s pixels, columns
+    taps x channels, the reduction ``dy``'s channels."""
+    return {"m": g.batch * g.od * g.p * g.q, "n": g.taps * g.cin, "red": g.cout}
 
 
 def filter_is_stride(problem: ConvProblem) -> bool:
@@ -51,8 +60,8 @@ def shuffle_bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab:
                    PAD_D1=depth["PAD_D1"], PAD_H=g.pad[0], PAD_W=g.pad[1],
                    **named("sdy", strides_ncdhw(problem.output_shape, problem.layout)), **weight_scalars(problem),
                    **named("sdx", strides_ncdhw(problem.input_shape, problem.layout)))
-    columns = g.taps * g.cin
-    grid = (cdiv(g.batch * g.od * g.p * g.q, config.block_m) * cdiv(columns, config.block_n), g.groups)
+    view = gemm_view(g)
+    grid = (cdiv(view["m"], config.block_m) * cdiv(view["n"], config.block_n), g.groups)
     pointers = dict(dy_ptr="a", w_ptr="b", dx_ptr="out")
     constexprs = {"TD": g.t, "R": g.r, "S": g.s, **tile_constexprs(config), "GROUP_M": config.group_m,
                   "ROW_VEC": row_vector(problem.layout, g.q)}
