@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +75,17 @@ def test_a_new_engine_gets_new_caches_and_the_engine_holds_none(monkeypatch):
     assert call_cache.calls() is not before and not call_cache.calls().eager
     assert not hasattr(conv_core.get_engine(), "calls")
     assert not {m for m in GRAPH.edges["conv_core.engine"] if m.startswith("conv_core.frontend")}
+
+
+def test_the_first_call_of_a_process_keeps_its_route(tmp_path):
+    """The process's first call makes the engine; its route must land in that engine's caches, not in the ones
+    from before any engine (which the next call would replace, deciding the route again)."""
+    code = ("import torch, conv_core\n"
+            "from conv_core.frontend import call_cache\n"
+            "x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)\n"
+            "conv_core.conv2d(x, w)\n"
+            "print(len(call_cache.calls().eager))\n")
+    env = {**os.environ, "CONV_CORE_TUNING_DB": str(tmp_path / "tuning.json"), "CONV_CORE_FIRST_USE_DIR": "off",
+           "CONV_CORE_PLUGINS": "aten"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split()[-1] == "1"

@@ -287,7 +287,7 @@ def test_a_capture_reads_the_cached_fold_and_keeps_it_alive(folds, monkeypatch):
     x = images()
     with torch.no_grad():
         fused(x)  # the warm-up
-        monkeypatch.setattr(fold, "is_capturing", lambda device: True)
+        monkeypatch.setattr(fold, "is_capturing", lambda t: True)
         torch.testing.assert_close(fused(x), ref(x))
         assert len(folds) == 1
         (captured,) = fold._CAPTURED[fused[0]]
@@ -298,7 +298,7 @@ def test_a_capture_reads_the_cached_fold_and_keeps_it_alive(folds, monkeypatch):
             model[1].running_var.add_(0.25)
         torch.testing.assert_close(fused(x), ref(x))  # no fold cached for these: folded by torch ops
         assert len(folds) == 2 and fold._CACHE[fused[0]] is captured
-        monkeypatch.setattr(fold, "is_capturing", lambda device: False)
+        monkeypatch.setattr(fold, "is_capturing", lambda t: False)
         torch.testing.assert_close(fused(x), ref(x))
         assert fold._CACHE[fused[0]] is not captured and fold._CAPTURED[fused[0]] == [captured]
 
@@ -485,3 +485,52 @@ def test_fusing_a_model_in_training_mode_keeps_its_modes_and_traces_eval():
     with torch.no_grad():
         torch.testing.assert_close(model(x), ref(x))
     assert fused_types(model) == ["FusedModeBranch"]
+
+
+@pytest.fixture
+def full_way(monkeypatch) -> list:
+    """A list that grows by one for each fused call that takes conv-core's full way (not the convolution's memo)."""
+    counted, real_convolve = [], fold.convolve
+    monkeypatch.setattr(fold, "convolve", lambda *a: counted.append(1) or real_convolve(*a))
+    return counted
+
+
+def test_a_repeated_fused_call_runs_from_its_memo_until_something_it_read_changes(full_way):
+    """The memo serves a call of the same signature with nothing changed; each change below (in-place writes, a
+    new parameter, another dtype, another shape or layout, an engine reset, gradients, training mode) sends the
+    next call the full way, with the right result."""
+    ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()))
+    x = images()
+    calls = 1
+
+    def check(taken: bool, x=x, grad=False) -> None:
+        nonlocal calls
+        with torch.set_grad_enabled(grad):
+            torch.testing.assert_close(fused(x), ref(x))
+            calls += taken
+            assert len(full_way) == calls
+            torch.testing.assert_close(fused(x), ref(x))  # then from the memo again
+            calls += grad  # with gradients the fold is part of the graph: never from the memo
+            assert len(full_way) == calls
+
+    with torch.no_grad():
+        fused(x)
+    check(False)
+    for change in (lambda m: m[0].weight.mul_(1.5), lambda m: m[1].running_var.add_(0.25),
+                   lambda m: m[1].bias.sub_(0.5), lambda m: m[1].num_batches_tracked.add_(1)):
+        with torch.no_grad():
+            change(ref), change(fused)
+        check(True)
+    fused[1].weight = nn.Parameter(ref[1].weight.detach().clone())
+    check(True)
+    check(True, x=images()[:1])
+    check(True, x=images().to(memory_format=torch.channels_last))
+    conv_core.reset()
+    check(True)
+    check(True, grad=True)
+    ref.float(), fused.float()  # the parameters' storage moves (`.data` replaced): their addresses change
+    check(True, x=images().float())
+    ref.train(), fused.train()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x.float()), ref(x.float()))  # batch statistics: the modules themselves
+    assert len(full_way) == calls

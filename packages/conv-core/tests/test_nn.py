@@ -331,13 +331,16 @@ def test_a_module_calls_its_direct_route_itself_until_its_signature_changes(full
             torch.testing.assert_close(mine(y), ref(y))
             torch.testing.assert_close(mine(x), ref(x))
         assert full_way == [x.shape, y.shape]
-        x_cl = x.to(memory_format=torch.channels_last)  # new strides: the full way once, then memoized too
+        x_cl = x.to(memory_format=torch.channels_last)  # new strides: the full way once, then memoized instead
         for _ in range(2):
             torch.testing.assert_close(mine(x_cl), ref(x_cl))
         assert len(full_way) == 3
+        for _ in range(2):  # one strides per shape: the first layout again takes the full way once
+            torch.testing.assert_close(mine(x), ref(x))
+        assert len(full_way) == 4
     _check_forward_and_backward(ref, mine, x)  # with gradients: a memo of its own
     _check_forward_and_backward(ref, mine, x)
-    assert len(full_way) == 4
+    assert len(full_way) == 5
 
 
 def test_a_modules_memo_is_forgotten_when_the_choice_may_change(full_way):

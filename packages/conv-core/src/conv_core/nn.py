@@ -25,7 +25,7 @@ EXTRA_ATTRIBUTES = ("activation", "out_dtype", "backend")
 #: The attributes a route depends on: setting one forgets the module's memo of direct routes.
 ROUTE_ATTRIBUTES = frozenset(("stride", "padding", "output_padding", "dilation", "groups", "padding_mode",
                               *EXTRA_ATTRIBUTES))
-#: Input shapes and strides a module remembers a route for, per gradient mode (a shared head sees one per level).
+#: Input shapes a module remembers a route for, per gradient mode (a shared head sees one per level).
 MAX_MEMOS = 8
 
 
@@ -35,10 +35,11 @@ _tracing_state = torch._C._get_tracing_state
 _Tensor = torch.Tensor
 _compiling, _any_autocast = functional._compiling, functional._any_autocast
 _grad_enabled, _deterministic = functional._grad_enabled, functional._deterministic
-_UNSEEN = object()  # a signature the memo has no word on
-
-
 _MISSING = object()
+#: torch's global hooks, which registering adds to and never replaces.
+_GLOBAL_FORWARD_PRE_HOOKS, _GLOBAL_FORWARD_HOOKS = _module._global_forward_pre_hooks, _module._global_forward_hooks
+_GLOBAL_BACKWARD_PRE_HOOKS, _GLOBAL_BACKWARD_HOOKS = (_module._global_backward_pre_hooks,
+                                                      _module._global_backward_hooks)
 
 
 def member(module: nn.Module, name: str):
@@ -84,19 +85,20 @@ class _ConvCoreMixin:
         for this call's signature, run straight from here without building the signature's key: ``F.conv*d``
         itself where aten won, else the route (a plugin's kernel) as :func:`conv_core.functional.convolution` runs
         it. An eager model calls this once per layer and step, and a host-bound model waits for every microsecond
-        of it (every check the full path makes costs more in a model, its data cold in the CPU's caches, than in
-        a loop over one layer).
+        of it: every check the full path makes costs several times more in a model, its code and data cold in the
+        CPU's caches, than in a loop over one layer (``x.stride()`` and a tuple key cost a converted
+        MobileNetV3-L 8 us a layer against torch's module on an H200's host).
 
-        The memo of routes (``_memos``: per gradient mode, input shape and strides to the route and what else
-        pins it) is made after a call that went the full way (:meth:`_remember`) and forgotten when the
-        engine's choices may change (:data:`conv_core.frontend.call_cache.GENERATION`), the module is moved or
-        cast, or an attribute of :data:`ROUTE_ATTRIBUTES` is set. Dynamo takes the full way, which checks for it; under
-        autocast the memo is keyed by the autocast dtype too and holds only ``F.conv*d`` routes: ``torch.conv*d``
-        casts as the full way did."""
+        The memo of routes (``_memos``, per gradient mode: input shape, or shape and autocast dtype, to the
+        strides and route of the last call of that shape, and what else pins it) is made after a call that went
+        the full way (:meth:`_remember`) and forgotten when the engine's choices may change
+        (:data:`conv_core.frontend.call_cache.GENERATION`), the module is moved or cast, or an attribute of
+        :data:`ROUTE_ATTRIBUTES` is set. A call of another stride, weight, bias or deterministic mode takes the
+        full way, and the memo then keeps its route instead. Dynamo takes the full way, which checks for it; under
+        autocast the memo holds only ``F.conv*d`` routes: ``torch.conv*d`` casts as the full way did."""
         if (self._forward_pre_hooks or self._forward_hooks or self._backward_pre_hooks or self._backward_hooks
-                or _module._global_forward_pre_hooks or _module._global_forward_hooks
-                or _module._global_backward_pre_hooks or _module._global_backward_hooks
-                or self._compiled_call_impl is not None or _tracing_state()):
+                or _GLOBAL_FORWARD_PRE_HOOKS or _GLOBAL_FORWARD_HOOKS or _GLOBAL_BACKWARD_PRE_HOOKS
+                or _GLOBAL_BACKWARD_HOOKS or self._compiled_call_impl is not None or _tracing_state()):
             return _module_call(self, *args, **kwargs)
         memos = self._memos
         if memos is not None and memos[2] == GENERATION[0] and len(args) == 1 and not kwargs and not _compiling():
@@ -105,27 +107,27 @@ class _ConvCoreMixin:
             if type(x) is _Tensor and weight is not None:
                 grad = _grad_enabled() and (  # needs_grad() inline: this is every call's path
                     x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
-                amp = autocast_dtype(x.device) if _any_autocast() else None
-                memo = memos[grad].get((x.shape, x.stride(), amp), _UNSEEN)
-                if memo is None:  # known to take the full way, with nothing to remember
-                    return self.forward(x)
-                if (memo is not _UNSEEN and memo[1] is weight and memo[2] is bias and memo[3] is x.dtype
-                        and memo[4] == x.device and memo[5] is _deterministic()):
-                    route = memo[0]
-                    if route.native:  # F.conv*d itself; under autocast torch.conv*d casts as the full way did
+                memo = memos[grad].get(x.shape if not _any_autocast() else (x.shape, autocast_dtype(x.device)))
+                if (memo is not None and memo[0] == x.stride() and memo[2] is weight and memo[3] is bias
+                        and memo[4] is _deterministic()):
+                    route = memo[1]
+                    if route is None:  # this signature takes the full way, with nothing to remember
+                        return self.forward(x)
+                    if route.native:  # F.conv*d itself: torch checks the operands' dtypes and devices
                         y = route.conv(x, weight, bias, *route.conv_args)
                         return y if route.activation is None else route.activation(y)
-                    autograd = memo[6]
-                    return route.run(x, weight, bias) if autograd is None else autograd.apply(x, weight, bias, route)
+                    if memo[5] is x.dtype and memo[6] == x.device:
+                        autograd = memo[7]
+                        return (route.run(x, weight, bias) if autograd is None
+                                else autograd.apply(x, weight, bias, route))
         y = self.forward(*args, **kwargs)
         if len(args) == 1 and not kwargs:
             self._remember(args[0])
         return y
 
-    #: per gradient mode (False, True): (input shape, strides, autocast dtype or None) -> (route, weight, bias,
-    #: input dtype, device, deterministic, autograd function or None), or None where the module cannot run the
-    #: route itself; then the generation they were made under. An entry that stops matching (another dtype,
-    #: device or parameter) is replaced by the next full call's.
+    #: per gradient mode (False, True): input shape (under autocast: shape and autocast dtype) -> (strides, route
+    #: or None where the module cannot run it itself, weight, bias, deterministic mode, input dtype, device,
+    #: autograd function or None) of the last full-way call of that shape; then the generation they were made under.
     _memos: tuple[dict, dict, int] | None = None
 
     def _remember(self, x) -> None:
@@ -141,12 +143,12 @@ class _ConvCoreMixin:
             memos = self.__dict__["_memos"] = ({}, {}, GENERATION[0])
         memo = memos[grad]
         amp = autocast_dtype(x.device)
-        signature = (x.shape, x.stride(), amp)
-        if memo.get(signature, 0) is None or (signature not in memo and len(memo) >= MAX_MEMOS):
-            return  # known to take the full way, or no room; an entry that no longer matches is replaced
+        shape = x.shape if amp is None else (x.shape, amp)
+        if shape not in memo and len(memo) >= MAX_MEMOS:
+            return  # no room; an entry that no longer matches is replaced
         kept = self._memo_route(x, weight, bias, grad, amp)
-        memo[signature] = None if kept is None else (kept[0], weight, bias, x.dtype, x.device, _deterministic(),
-                                                     kept[1])
+        route, autograd = (None, None) if kept is None else kept
+        memo[shape] = (x.stride(), route, weight, bias, _deterministic(), x.dtype, x.device, autograd)
 
     def _memo_route(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, needs_grad: bool,
                     amp: torch.dtype | None):

@@ -124,8 +124,10 @@ class CallCaches:
         yield from self.op_routes.values()
 
 
-#: ``(engine, its caches)``: the hot path reads the caches straight from here while the engine is the same.
-CURRENT: tuple[Engine | None, CallCaches] = (None, CallCaches())
+#: ``(engine, its caches)``: the hot path reads the caches straight from here while the engine is the same. Before
+#: the first engine, an owner no engine is (not None: the process's first call, which makes the engine, would
+#: otherwise keep its route in caches that :func:`calls` then replaces).
+CURRENT: tuple[Engine | object, CallCaches] = (object(), CallCaches())
 
 
 def calls() -> CallCaches:

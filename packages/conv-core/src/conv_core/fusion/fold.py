@@ -29,6 +29,7 @@ capture records the fold's torch ops, and a replay folds the current parameters.
 from __future__ import annotations
 
 import weakref
+from operator import attrgetter, methodcaller
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -38,8 +39,8 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from .. import activations, functional
+from ..frontend.call_cache import GENERATION
 from ..nn import Conv1d, Conv2d, Conv3d, member
-from ..timing import is_capturing
 
 #: Convolution classes whose forward is exactly "pad by mode, then convolve": torch's and conv-core's.
 _CONVOLUTIONS = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3, Conv1d: 1, Conv2d: 2, Conv3d: 3}
@@ -48,6 +49,15 @@ _FUNCTIONAL = {1: functional.conv1d, 2: functional.conv2d, 3: functional.conv3d}
 _SIMPLE_ACTIVATIONS = {nn.ReLU: "relu", nn.ReLU6: "relu6", nn.SiLU: "silu"}
 #: ``nn.GELU`` / ``F.gelu``'s ``approximate`` -> conv-core activation name.
 GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
+
+
+_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)  # absent from builds without CUDA
+
+
+def is_capturing(t: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on the current stream of ``t``'s device (a fused call's check, bound
+    to the C function: :func:`torch.cuda.is_current_stream_capturing` is two frames more)."""
+    return t.is_cuda and _stream_capturing()
 
 
 def has_hooks(module: nn.Module) -> bool:
@@ -204,7 +214,7 @@ def folded_parameters(conv: nn.Module, stats: Stats) -> tuple[torch.Tensor, torc
     sources = (member(conv, "weight"), member(conv, "bias"), stats.mean, stats.var, stats.weight, stats.bias)
     if _fold_each_call(sources):
         return fold(*sources, stats.eps)
-    capturing = is_capturing(sources[0].device)
+    capturing = is_capturing(sources[0])
     sources += (stats.counter,)
     state = _state(sources, stats.eps)
     entry = _CACHE.get(conv)
@@ -239,11 +249,117 @@ def convolve(conv: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch
 
 
 def conv_bn_act(x: torch.Tensor, conv: nn.Module, norm: nn.Module | None, activation: str | None) -> torch.Tensor:
-    """``activation(norm(conv(x)))`` as one conv-core call when ``norm`` can be folded now; the modules otherwise."""
+    """``activation(norm(conv(x)))`` as one conv-core call when ``norm`` can be folded now; the modules otherwise.
+
+    A call that repeats the last one's signature, with nothing it is computed from changed, runs the route kept in
+    :data:`MEMO` (see :func:`_memo_call`); the others fold (or read the cached fold) and take conv-core's full way.
+    """
+    memo = conv.__dict__.get(MEMO)
+    if memo is not None:
+        y = _memo_call(memo, x, conv, norm, activation)
+        if y is not None:
+            return y
     if norm is None:
-        return convolve(conv, x, member(conv, "weight"), member(conv, "bias"), activation)
-    stats = running_stats(norm)
-    if stats is None:
-        return activations.apply(activation, norm(conv(x)))
-    weight, bias = folded_parameters(conv, stats)
-    return convolve(conv, x, weight, bias, activation)
+        weight, bias = member(conv, "weight"), member(conv, "bias")
+    else:
+        stats = running_stats(norm)
+        if stats is None:
+            return activations.apply(activation, norm(conv(x)))
+        weight, bias = folded_parameters(conv, stats)
+    y = convolve(conv, x, weight, bias, activation)
+    _remember(x, conv, norm, activation, weight, bias)
+    return y
+
+
+# ---- the memo of a fused call -------------------------------------------------------------------------------
+#
+# A host-bound model waits for every check a fused call makes: the fold's cache and conv-core's eager key cost a
+# fused model more than the batch norm and activation calls it saves. The memo keeps, per convolution, the last
+# no-gradient call's route and fold with what pins them, checked in one pass.
+
+#: The convolution's ``__dict__`` entry holding its last fused call's :class:`Memo`.
+MEMO = "_conv_core_fused_memo"
+_MISSING = object()
+_NO_TENSOR = torch.empty(0)  # stands in for a part a module has as None (a bias, an affine weight)
+_version_of = attrgetter("_version")
+_address_of = methodcaller("data_ptr")
+_compiling = torch.compiler.is_compiling
+_grad_enabled = torch._C.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
+_deterministic = torch._C._get_deterministic_algorithms
+
+
+class Memo(NamedTuple):
+    norm: nn.Module | None
+    activation: str | None
+    shape: torch.Size
+    strides: tuple[int, ...]
+    deterministic: bool
+    generation: int
+    #: the tensors the fold is computed from (:func:`_parts`), their ids, and their version counters and addresses
+    parts: tuple
+    ids: tuple[int, ...]
+    versions: tuple
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    route: object
+
+
+def _parts(conv: nn.Module, norm: nn.Module | None) -> tuple | None:
+    """The convolution's weight and bias and the batch norm's statistics, affine parameters and batch counter, read
+    from their modules' dicts (:data:`_NO_TENSOR` for one a module has as None); None where one is neither a
+    parameter nor a buffer (a parametrized weight, computed on each read), which the memo leaves to the full way."""
+    parts = [_stored(conv, "weight"), _stored(conv, "bias")]
+    if norm is not None:
+        parts += [_stored(norm, name) for name in ("running_mean", "running_var", "weight", "bias")]
+        parts.append(norm._buffers.get("num_batches_tracked"))  # torchvision's frozen batch norm has none
+    for part in parts:  # by identity: ``in`` would compare tensors elementwise
+        if part is _MISSING:
+            return None
+    return tuple(_NO_TENSOR if t is None else t for t in parts)
+
+
+def _stored(module: nn.Module, name: str):
+    """``module``'s parameter or buffer ``name`` (None if registered as None), or :data:`_MISSING`."""
+    found = module._parameters.get(name, _MISSING)
+    return module._buffers.get(name, _MISSING) if found is _MISSING else found
+
+
+def _versions(parts: tuple) -> tuple:
+    """What tells that a part changed in place (its version counter) or moved (``model.to``: its address)."""
+    return (*map(_version_of, parts), *map(_address_of, parts))
+
+
+def _remember(x: torch.Tensor, conv: nn.Module, norm: nn.Module | None, activation: str | None,
+              weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """After a full-way fused call without gradients: keep its route and fold for the next call of its signature."""
+    if (_compiling() or _grad_enabled() or _any_autocast() or type(x) is not torch.Tensor
+            or conv.padding_mode != "zeros" or is_capturing(x)):
+        return
+    parts = _parts(conv, norm)
+    if parts is None or any(t.is_inference() for t in parts):
+        return  # inference tensors have no version counter
+    kept = functional.memo_route(_conv_ndim(conv), x, weight, bias, conv.stride, conv.padding, conv.dilation,
+                                 conv.groups, activation, None, getattr(conv, "backend", None), False)
+    if kept is not None:
+        conv.__dict__[MEMO] = Memo(norm, activation, x.shape, x.stride(), _deterministic(), GENERATION[0], parts,
+                                   tuple(map(id, parts)), _versions(parts), weight, bias, kept[0])
+
+
+def _memo_call(memo: Memo, x, conv: nn.Module, norm: nn.Module | None, activation: str | None):
+    """The fused call run from ``memo``, or None where it does not hold: another signature, a gradient, autocast,
+    a trace, a capture (the fold it reads must then be kept alive: :func:`folded_parameters`), an engine whose
+    choices may have changed, a batch norm in training mode, a part replaced, written or moved."""
+    if (memo.norm is not norm or memo.activation != activation or _grad_enabled() or _any_autocast()
+            or _compiling() or memo.generation != GENERATION[0] or type(x) is not torch.Tensor
+            or x.shape != memo.shape or x.stride() != memo.strides or memo.deterministic is not _deterministic()
+            or (norm is not None and norm.training) or is_capturing(x)):
+        return None
+    parts = _parts(conv, norm)
+    if parts is None or tuple(map(id, parts)) != memo.ids or _versions(parts) != memo.versions:
+        return None  # the memo holds its parts alive, so an equal id is the same tensor
+    route = memo.route
+    if route.native:
+        y = route.conv(x, memo.weight, memo.bias, *route.conv_args)
+        return y if route.activation is None else route.activation(y)
+    return route.run(x, memo.weight, memo.bias)
