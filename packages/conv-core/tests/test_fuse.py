@@ -123,8 +123,12 @@ def test_conv_without_bias_groups_and_padding_modes(ndim, bias, groups, padding_
     assert fused_types(fused) == ["FusedSequential"]
 
 
-def test_bottleneck_fuses_only_what_the_graph_proves():
-    ref, fused = pair(TinyResNet())
+@pytest.mark.parametrize("fuse", [conv_core.optimize_for_inference, lambda m: conv_core.convert(m, fuse=True)],
+                         ids=["torch_modules", "converted"])
+def test_bottleneck_fuses_only_what_the_graph_proves(fuse):
+    """Attribute-style blocks are fused by tracing them; a converted model's convolutions trace as leaves too (their
+    call defers to torch's, which torch.fx patches)."""
+    ref, fused = pair(TinyResNet(), fuse=fuse)
     calls = count_calls(fused, (nn.BatchNorm2d, nn.ReLU))
     x = images()
     with torch.no_grad():

@@ -120,6 +120,10 @@ class _ConvCoreMixin:
                         autograd = memo[7]
                         return (route.run(x, weight, bias) if autograd is None
                                 else autograd.apply(x, weight, bias, route))
+        if not args or type(args[0]) is not _Tensor:
+            # torch's own call, looked up now: torch.fx patches nn.Module.__call__ to trace modules as leaves
+            # (fusion traces a converted model), and a tensor subclass is no signature for the memo
+            return nn.Module.__call__(self, *args, **kwargs)
         y = self.forward(*args, **kwargs)
         if len(args) == 1 and not kwargs:
             self._remember(args[0])
