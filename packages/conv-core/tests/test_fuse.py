@@ -251,12 +251,17 @@ def test_a_batch_norm_left_in_training_mode_is_not_folded():
     torch.testing.assert_close(fused[1].running_var, ref[1].running_var)
 
 
+def counted_calls(monkeypatch, name: str) -> list:
+    """A list that grows by one for each call of ``conv_core.fusion.fold.<name>``."""
+    counted, real = [], getattr(fold, name)
+    monkeypatch.setattr(fold, name, lambda *a: counted.append(1) or real(*a))
+    return counted
+
+
 @pytest.fixture
 def folds(monkeypatch) -> list:
-    """A list that grows by one for each fold computed (:func:`conv_core.fusion.fold.fold`)."""
-    counted, real_fold = [], fold.fold
-    monkeypatch.setattr(fold, "fold", lambda *a: counted.append(1) or real_fold(*a))
-    return counted
+    """The folds computed (:func:`conv_core.fusion.fold.fold`)."""
+    return counted_calls(monkeypatch, "fold")
 
 
 def test_changed_weights_and_statistics_are_seen_after_a_first_call(folds):
@@ -493,10 +498,8 @@ def test_fusing_a_model_in_training_mode_keeps_its_modes_and_traces_eval():
 
 @pytest.fixture
 def full_way(monkeypatch) -> list:
-    """A list that grows by one for each fused call that takes conv-core's full way (not the convolution's memo)."""
-    counted, real_convolve = [], fold.convolve
-    monkeypatch.setattr(fold, "convolve", lambda *a: counted.append(1) or real_convolve(*a))
-    return counted
+    """The fused calls that take conv-core's full way (:func:`conv_core.fusion.fold.convolve`), not the memo."""
+    return counted_calls(monkeypatch, "convolve")
 
 
 def test_a_repeated_fused_call_runs_from_its_memo_until_something_it_read_changes(full_way):
