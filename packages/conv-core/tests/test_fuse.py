@@ -459,16 +459,26 @@ def test_torchvision_frozen_batch_norm_is_folded():
     assert calls == []
 
 
-def test_compiles_whole_with_fullgraph():
+def test_compiles_whole_with_fullgraph_as_the_unfused_model():
+    """Under torch.compile a fused module runs its own forward: the graph holds the batch norms (Inductor makes them
+    and the activation one pointwise kernel), not a fold computed on every call."""
     ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), Bottleneck(4, 2)),
                       torch.float32)
     x = images(torch.float32, size=(6, 5))
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+
     torch._dynamo.reset()
-    compiled = torch.compile(fused, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(fused, fullgraph=True, backend=backend)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), ref(x))
         fused[1].running_mean.add_(1.0), ref[1].running_mean.add_(1.0)
         torch.testing.assert_close(compiled(x), ref(x))
+    norms = [n for gm in graphs for n in gm.graph.nodes if "batch_norm" in str(n.target)]
+    assert len(norms) == 4  # the Sequential's and the Bottleneck's three
 
 
 class ModeBranch(nn.Module):

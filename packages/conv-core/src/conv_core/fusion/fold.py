@@ -11,9 +11,9 @@ The folded weight and bias are cached per convolution while no gradient is
 needed, keyed on the identity, version counter and storage of every tensor they
 come from, so an optimizer step, ``load_state_dict`` or ``model.to`` recomputes
 them. Writes that bypass version counters (``tensor.data = ...``) are not seen,
-as for autograd. With gradients and under ``torch.compile`` the fold is plain
-torch ops on every call: gradients reach the original parameters, and Inductor
-sees (and can constant-fold) the arithmetic.
+as for autograd. With gradients the fold is plain torch ops on every call, so
+gradients reach the original parameters; so it is where ``torch.compile`` traces
+it (a fused module does not call it there: :mod:`conv_core.fusion.fuse`).
 
 A CUDA graph captured from a fused model reads the cached fold, made by the
 warm-up call that capture needs: folding on every replay would add a few

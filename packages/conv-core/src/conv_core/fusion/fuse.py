@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from . import fold, fuse_graph
@@ -69,9 +70,13 @@ class SequentialFusion:
 
 
 def _fused_forward(self, *args, **kwargs):
-    """The forward of every fused class: the fused calls where they apply, the module's own forward elsewhere."""
+    """The forward of every fused class: the fused calls where they apply, the module's own forward elsewhere.
+
+    Under ``torch.compile`` the module's own forward: traced, a fold is torch ops on every call, and Inductor
+    runs the batch norm and activation as one pointwise kernel of its own (a compiled fused ResNet-50 ran 0.68x
+    plain, the unfused converted one 0.84x, H200, 2026-11-29)."""
     fusion = getattr(self, _FUSION)
-    if fusion.applies(self):
+    if fusion.applies(self) and not torch.compiler.is_compiling():
         return fusion.run(self, *args, **kwargs)
     return self._conv_core_unfused.forward(self, *args, **kwargs)
 
