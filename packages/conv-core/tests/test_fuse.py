@@ -296,7 +296,7 @@ def test_a_capture_reads_the_cached_fold_and_keeps_it_alive(folds, monkeypatch):
     x = images()
     with torch.no_grad():
         fused(x)  # the warm-up
-        monkeypatch.setattr(fold, "is_capturing", lambda t: True)
+        monkeypatch.setattr(fold, "is_capturing", lambda device: True)
         torch.testing.assert_close(fused(x), ref(x))
         assert len(folds) == 1
         (captured,) = fold._CAPTURED[fused[0]]
@@ -307,7 +307,7 @@ def test_a_capture_reads_the_cached_fold_and_keeps_it_alive(folds, monkeypatch):
             model[1].running_var.add_(0.25)
         torch.testing.assert_close(fused(x), ref(x))  # no fold cached for these: folded by torch ops
         assert len(folds) == 2 and fold._CACHE[fused[0]] is captured
-        monkeypatch.setattr(fold, "is_capturing", lambda t: False)
+        monkeypatch.setattr(fold, "is_capturing", lambda device: False)
         torch.testing.assert_close(fused(x), ref(x))
         assert fold._CACHE[fused[0]] is not captured and fold._CAPTURED[fused[0]] == [captured]
 

@@ -93,6 +93,10 @@ def _cycles_per_us(device: torch.device) -> float:
     return LEAD_CYCLES / (start.elapsed_time(end) * 1e3)
 
 
+#: torch.cuda.is_current_stream_capturing's C function (absent from builds without CUDA): a fused call asks it
+_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+
+
 def is_capturing(device: torch.device) -> bool:
     """Whether a CUDA graph is being captured on the current stream (then nothing may be timed)."""
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    return device.type == "cuda" and _stream_capturing()

@@ -41,6 +41,7 @@ from torch.nn.utils import parametrize
 from .. import activations, functional
 from ..frontend.call_cache import GENERATION
 from ..nn import Conv1d, Conv2d, Conv3d, member
+from ..timing import is_capturing
 
 #: Convolution classes whose forward is exactly "pad by mode, then convolve": torch's and conv-core's.
 _CONVOLUTIONS = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3, Conv1d: 1, Conv2d: 2, Conv3d: 3}
@@ -49,15 +50,6 @@ _FUNCTIONAL = {1: functional.conv1d, 2: functional.conv2d, 3: functional.conv3d}
 _SIMPLE_ACTIVATIONS = {nn.ReLU: "relu", nn.ReLU6: "relu6", nn.SiLU: "silu"}
 #: ``nn.GELU`` / ``F.gelu``'s ``approximate`` -> conv-core activation name.
 GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
-
-
-_stream_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)  # absent from builds without CUDA
-
-
-def is_capturing(t: torch.Tensor) -> bool:
-    """Whether a CUDA graph is being captured on the current stream of ``t``'s device (a fused call's check, bound
-    to the C function: :func:`torch.cuda.is_current_stream_capturing` is two frames more)."""
-    return t.is_cuda and _stream_capturing()
 
 
 def has_hooks(module: nn.Module) -> bool:
@@ -214,7 +206,7 @@ def folded_parameters(conv: nn.Module, stats: Stats) -> tuple[torch.Tensor, torc
     sources = (member(conv, "weight"), member(conv, "bias"), stats.mean, stats.var, stats.weight, stats.bias)
     if _fold_each_call(sources):
         return fold(*sources, stats.eps)
-    capturing = is_capturing(sources[0])
+    capturing = is_capturing(sources[0].device)
     sources += (stats.counter,)
     state = _state(sources, stats.eps)
     entry = _CACHE.get(conv)
@@ -290,6 +282,8 @@ _deterministic = torch._C._get_deterministic_algorithms
 
 
 class Memo(NamedTuple):
+    """A convolution's last fused call without gradients: its signature, what its fold read, the fold, the route."""
+
     norm: nn.Module | None
     activation: str | None
     shape: torch.Size
@@ -334,7 +328,7 @@ def _remember(x: torch.Tensor, conv: nn.Module, norm: nn.Module | None, activati
               weight: torch.Tensor, bias: torch.Tensor | None) -> None:
     """After a full-way fused call without gradients: keep its route and fold for the next call of its signature."""
     if (_compiling() or _grad_enabled() or _any_autocast() or type(x) is not torch.Tensor
-            or conv.padding_mode != "zeros" or is_capturing(x)):
+            or conv.padding_mode != "zeros" or is_capturing(x.device)):
         return
     parts = _parts(conv, norm)
     if parts is None or any(t.is_inference() for t in parts):
@@ -353,7 +347,7 @@ def _memo_call(memo: Memo, x, conv: nn.Module, norm: nn.Module | None, activatio
     if (memo.norm is not norm or memo.activation != activation or _grad_enabled() or _any_autocast()
             or _compiling() or memo.generation != GENERATION[0] or type(x) is not torch.Tensor
             or x.shape != memo.shape or x.stride() != memo.strides or memo.deterministic is not _deterministic()
-            or (norm is not None and norm.training) or is_capturing(x)):
+            or (norm is not None and norm.training) or is_capturing(x.device)):
         return None
     parts = _parts(conv, norm)
     if parts is None or tuple(map(id, parts)) != memo.ids or _versions(parts) != memo.versions:
