@@ -21,7 +21,9 @@ of single steps taken one variant after the other (drift of the host's speed hit
 and conv with the garbage collector off, how many convolution calls per step took conv-core's full way
 (``conv_core.functional.convolution``) rather than a module's memo, and one step of each under ``torch.profiler``:
 the GPU kernels whose count or time differs from plain's. ``--by-type``: with global forward hooks on, the host
-time inside each leaf module type's forward, per variant.
+time inside each leaf module type's forward, per variant. ``--per-layer``: the host time of each convolution
+module's own call (its class swapped for a subclass that times ``__call__``: no hook, so a converted module keeps
+its memo path), plain against converted, the layers that differ most with the route the converted one ran.
 """
 
 from __future__ import annotations
@@ -161,7 +163,59 @@ def by_type(models, x, rounds: int, steps: int) -> dict:
     return {label: {kind: statistics.median(v) for kind, v in kinds.items()} for label, kinds in samples.items()}
 
 
-BY_TYPE = False
+class LayerTimer:
+    """Host microseconds per step inside each convolution module's call, by module name: each convolution's class
+    is swapped for a subclass whose ``__call__`` times the class's own (hooks would send a converted module off
+    its memo path, which is what is measured)."""
+
+    def __init__(self, model):
+        self.model, self.totals, self.swapped = model, Counter(), []
+
+    def __enter__(self):
+        totals, clock = self.totals, time.perf_counter_ns
+        for name, module in convolution_modules(self.model):
+            base = type(module)
+
+            def timed_call(self_, *args, _base=base, _name=name, **kwargs):
+                start = clock()
+                out = _base.__call__(self_, *args, **kwargs)
+                totals[_name] += clock() - start
+                return out
+
+            module.__class__ = type(f"Timed{base.__name__}", (base,), {"__call__": timed_call})
+            self.swapped.append((module, base))
+        return self
+
+    def __exit__(self, *exc):
+        for module, base in self.swapped:
+            module.__class__ = base
+
+
+def route_of(module) -> str:
+    """What a converted module's memo runs for its last no-grad signature: ``F.conv`` or a plugin's kernel id."""
+    memos = getattr(module, "_memos", None)
+    if not memos or not memos[0]:
+        return "-"
+    route = next(iter(memos[0].values()))[1]
+    if route is None:
+        return "full way"
+    return "F.conv" if route.native else getattr(route.ranking.best, "kernel_id", type(route).__name__)
+
+
+def per_layer(models, x, rounds: int, steps: int) -> dict:
+    """Per variant and convolution module: median over rounds of host microseconds per step."""
+    samples = {label: {} for label in models}
+    for _ in range(rounds):
+        for label, model in models.items():
+            with LayerTimer(model) as timer:
+                for _ in range(steps):
+                    one_step(model, x)
+            for name, ns in timer.totals.items():
+                samples[label].setdefault(name, []).append(ns / steps / 1e3)
+    return {label: {name: statistics.median(v) for name, v in layers.items()} for label, layers in samples.items()}
+
+
+BY_TYPE = PER_LAYER = False
 VARIANTS = ("plain", "conv", "conv_aten", "wrapped", "native", "keyed", "memo_full", "memo_shape")
 
 
@@ -222,6 +276,8 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
         profiles = {label: kernels(model, x) for label, model in models.items()}
         full_way = {label: full_way_calls(model, x) for label, model in models.items() if label.startswith("conv")}
         types = by_type(models, x, rounds, steps) if BY_TYPE else {label: {} for label in models}
+        layers = per_layer(models, x, rounds, steps) if PER_LAYER else {}
+        routes = {name: route_of(module) for name, module in convolution_modules(models["conv"])}
         interleaved = {label: [] for label in models}
         for _ in range(steps * rounds):  # one step of each in turn: drift of the host's speed hits all alike
             for label, model in models.items():
@@ -256,6 +312,14 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
     for kind in sorted(set().union(*types.values()) - set(types["plain"])):
         report.append(f"    {kind:24s}" + "".join(f" {label} {types[label].get(kind, 0.0):8.1f}" for label in models))
     record["by_type_us"] = types
+    if layers:
+        plain_us, conv_us = layers["plain"], layers["conv"]
+        report.append(f"  host us per step inside each convolution's call: plain {sum(plain_us.values()):.0f}, "
+                      f"conv {sum(conv_us.values()):.0f}; the layers that differ most (plain, conv, conv's route):")
+        for name in sorted(conv_us, key=lambda n: -abs(conv_us[n] - plain_us.get(n, 0.0)))[:12]:
+            plain_of = plain_us.get(name, 0.0)
+            report.append(f"    {name:40s} {plain_of:8.1f} {conv_us[name]:8.1f}  {routes.get(name, '-')}")
+        record["per_layer_us"] = {"plain": plain_us, "conv": conv_us, "routes": routes}
     plain_counts, plain_times = profiles["plain"]
     for label in [v for v in ("conv", "conv_aten") if v in profiles]:
         counts, times = profiles[label]
@@ -274,7 +338,7 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
 
 
 def main() -> None:
-    global BY_TYPE, VARIANTS
+    global BY_TYPE, PER_LAYER, VARIANTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--models", default="mobilenet_v3_large,efficientnet_b0,convnext_tiny,resnet50")
@@ -282,8 +346,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list; plain and conv always run")
     parser.add_argument("--by-type", action="store_true", help="also time each leaf module type (global hooks)")
+    parser.add_argument("--per-layer", action="store_true", help="also time each convolution module's call")
     args = parser.parse_args()
-    BY_TYPE = args.by_type
+    BY_TYPE, PER_LAYER = args.by_type, args.per_layer
     VARIANTS = tuple(args.variants.split(","))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
