@@ -175,3 +175,91 @@ def test_a_site_takes_its_tensors_by_role():
     assert kernel.launches == [((4, 2, 1), (x, x, 100, 3, 64, True))]
     with pytest.raises(ValueError, match="2 pointers but 1 roles"):
         LaunchSite(kernel, (4, 2), ("x_ptr", "out_ptr"), {}, {}, roles=("a",))
+
+
+# ---- the compiled kernel's run, without Triton's runner, while nobody hooks launches ---------------------
+
+
+class _HookChain:
+    """Triton's launch hook chain (``triton.knobs.runtime.launch_enter_hook``): hooks in ``calls``."""
+
+    def __init__(self) -> None:
+        self.calls: list = []
+
+
+class _Runtime:
+    def __init__(self) -> None:
+        self.launch_enter_hook, self.launch_exit_hook = _HookChain(), _HookChain()
+
+
+class _RunCompiled(_StreamCompiled):
+    """A compiled kernel as Triton 3.6-3.9 make it: a runner per grid, and the ``run`` it calls (the backend's
+    launcher) with the kernel's handle and packed metadata."""
+
+    function, packed_metadata = "function handle", ("metadata",)
+
+    def run(self, *args):
+        self.kernel.runs.append(args)
+
+
+class _RunKernel(_StreamKernel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[tuple] = []
+
+    def __getitem__(self, grid):
+        def jit(**kwargs):
+            self.jit_calls.append(kwargs)
+            return _RunCompiled(self)
+        return jit
+
+
+@pytest.fixture
+def runtime(monkeypatch) -> _Runtime:
+    import conv_core.launch_site as launch_site
+
+    found = _Runtime()
+    monkeypatch.setattr(launch_site, "triton_runtime", lambda: found)
+    monkeypatch.setattr(launch_site, "current_stream", lambda index: 7000 + index)
+    return found
+
+
+def test_without_launch_hooks_a_launch_calls_the_compiled_kernels_run_as_tritons_runner_would(runtime):
+    """Triton's runner builds launch metadata for the hooks on every launch and hands the hook chains to the
+    launcher, which calls them; with none in them the site calls ``run`` with None for all three."""
+    kernel = _RunKernel()
+    site = _site(kernel)
+    x, out = _Tensor(1024), _Tensor(2048)
+    for _ in range(2):
+        site({"x_ptr": x, "out_ptr": out})
+    assert kernel.launches == []
+    assert kernel.runs == [(4, 2, 1, 7000, "function handle", ("metadata",), None, None, None,
+                            x, out, 100, 3, 64, True)]
+
+
+@pytest.mark.parametrize("hook", ["in_the_chain", "set_in_its_place"])
+def test_a_launch_hook_sends_launches_through_tritons_runner(runtime, hook):
+    """A profiler's hook (added to the chain, or a function set in its place), even one added after the site
+    was made, gets every launch: the site then calls Triton's runner."""
+    kernel = _RunKernel()
+    site = _site(kernel)
+    site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
+    if hook == "in_the_chain":
+        runtime.launch_exit_hook.calls.append(print)
+    else:
+        runtime.launch_enter_hook = print
+    site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
+    assert kernel.runs == [] and len(kernel.launches) == 1
+    runtime.launch_enter_hook, runtime.launch_exit_hook = None, _HookChain()  # none again
+    site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
+    assert len(kernel.runs) == 1
+
+
+def test_the_debug_switch_keeps_tritons_runner(runtime, monkeypatch):
+    monkeypatch.setenv("CONV_CORE_TRITON_RUNNER", "1")
+    kernel = _RunKernel()
+    site = _site(kernel)
+    for _ in range(2):
+        site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
+    assert kernel.runs == [] and len(kernel.launches) == 1
+

@@ -7,16 +7,17 @@ candidate of three launches spent about 250 us on the host for 30 us on the GPU.
 everything but the tensors, so the specialization can only change with the tensors' dtypes, 16-byte
 alignment and device: :class:`LaunchSite` keys the compiled kernel on those, goes through the JIT once per
 key (which compiles, or finds the kernel in its own cache) and then calls the compiled kernel's launcher
-directly, with the current stream (so CUDA graph capture sees the same launch) and Triton's launch hooks.
+directly, with the current stream (so CUDA graph capture sees the same launch) and Triton's launch hooks
+where anyone set one (:func:`launch_hooked`).
 
 A parameter may take something built on a tensor rather than the tensor (a TMA descriptor, whose
 specialization depends on the tensor's dtype alone once its box is fixed): ``arguments`` maps its name to the
 function that builds it, called per launch on that launch's tensor, on either path. It must be cheap: it runs
 on every call.
 
-Nothing here imports Triton: the kernel object is the backend's. Off CUDA (the interpreter) and with
-``CONV_CORE_JIT_LAUNCH=1`` every launch goes through the JIT; the first interpreted launch drops the
-interpreter's dead work (:func:`conv_core.interpreter.lean_interpreter`).
+Nothing here imports Triton before a kernel is compiled: the kernel object is the backend's. Off CUDA (the
+interpreter) and with ``CONV_CORE_JIT_LAUNCH=1`` every launch goes through the JIT; the first interpreted launch
+drops the interpreter's dead work (:func:`conv_core.interpreter.lean_interpreter`).
 """
 
 from __future__ import annotations
@@ -44,11 +45,49 @@ def _launcher(compiled, grid: tuple[int, ...]) -> Callable[[list, int], None]:
 
     The stream is read straight from torch (what Triton's launcher would ask for, minus asking which device is
     current: the caller made the tensors' device current); a Triton whose launcher takes no ``stream`` asks itself.
+    While nobody hooks Triton's launches (:func:`launch_hooked`), the compiled kernel's ``run`` is called as
+    Triton's own runner calls it, without the launch metadata that only hooks read: Triton 3.6 to 3.9 build it
+    on every launch (a dictionary and two Python calls back from C into empty hook chains).
     """
-    runner = compiled[(*grid, 1, 1)[:3]]  # the launcher reads three grid sizes
+    grid3 = (*grid, 1, 1)[:3]  # the launcher reads three grid sizes
+    runner = compiled[grid3]
     if "stream" not in inspect.signature(runner).parameters:
         return lambda args, index: runner(*args)
-    return lambda args, index: runner(*args, stream=current_stream(index))
+    run, function, metadata = (getattr(compiled, name, None) for name in ("run", "function", "packed_metadata"))
+    runtime = None if run is None or function is None or metadata is None or lean_launch_off() else triton_runtime()
+    if runtime is None:
+        return lambda args, index: runner(*args, stream=current_stream(index))
+    gx, gy, gz = grid3
+
+    def launch(args: list, index: int) -> None:
+        if launch_hooked(runtime):
+            runner(*args, stream=current_stream(index))
+        else:
+            run(gx, gy, gz, current_stream(index), function, metadata, None, None, None, *args)
+    return launch
+
+
+def triton_runtime():
+    """``triton.knobs.runtime`` (where Triton keeps its launch hooks), or None for a Triton without it."""
+    try:
+        import triton
+    except ImportError:
+        return None
+    return getattr(getattr(triton, "knobs", None), "runtime", None)
+
+
+def launch_hooked(runtime) -> bool:
+    """Whether anyone hooks Triton's kernel launches (a profiler such as Proton): then launches take Triton's own
+    runner, which builds what the hooks read and calls them. A hook is Triton's hook chain with hooks in it, or a
+    function set in its place."""
+    enter, exit_ = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return ((enter is not None and getattr(enter, "calls", True) != [])
+            or (exit_ is not None and getattr(exit_, "calls", True) != []))
+
+
+def lean_launch_off() -> bool:
+    """Whether launches take Triton's own runner always (``CONV_CORE_TRITON_RUNNER=1``: for debugging)."""
+    return os.environ.get("CONV_CORE_TRITON_RUNNER") == "1"
 
 
 def current_stream(index: int) -> int:
