@@ -176,16 +176,23 @@ _CACHE: weakref.WeakKeyDictionary[nn.Module, _Folded] = weakref.WeakKeyDictionar
 _CAPTURED: weakref.WeakKeyDictionary[nn.Module, list[_Folded]] = weakref.WeakKeyDictionary()
 
 
-def _state(sources: tuple, eps: float) -> tuple | None:
-    """What must be unchanged, besides the sources' identity, for a cached fold to be served.
+_NO_TENSOR = torch.empty(0)  # stands in for a tensor a module has as None (a bias, an affine weight)
+_version_of = attrgetter("_version")
+_address_of = methodcaller("data_ptr")
 
-    A version counter moves with every in-place write; a data pointer with
-    every new storage (``model.to(...)``, ``model.half()`` replace ``.data``).
-    Inference tensors have no version counter: None (never cached).
-    """
+
+def _versions(tensors: tuple) -> tuple:
+    """What tells that a tensor changed in place (its version counter) or moved (``model.to``, ``model.half``
+    replace ``.data``: its address). Inference tensors have none: they raise ``RuntimeError``."""
+    return (*map(_version_of, tensors), *map(_address_of, tensors))
+
+
+def _state(sources: tuple, eps: float) -> tuple | None:
+    """What must be unchanged, besides the sources' identity, for a cached fold to be served (:func:`_versions`);
+    None where a source is an inference tensor (never cached)."""
     try:
-        return (eps, torch.is_inference_mode_enabled(),
-                *[None if t is None else (t._version, t.data_ptr()) for t in sources])
+        return eps, torch.is_inference_mode_enabled(), *_versions(tuple(_NO_TENSOR if t is None else t
+                                                                           for t in sources))
     except RuntimeError:
         return None
 
@@ -272,13 +279,9 @@ def conv_bn_act(x: torch.Tensor, conv: nn.Module, norm: nn.Module | None, activa
 #: The convolution's ``__dict__`` entry holding its last fused call's :class:`Memo`.
 MEMO = "_conv_core_fused_memo"
 _MISSING = object()
-_NO_TENSOR = torch.empty(0)  # stands in for a part a module has as None (a bias, an affine weight)
-_version_of = attrgetter("_version")
-_address_of = methodcaller("data_ptr")
-_compiling = torch.compiler.is_compiling
-_grad_enabled = torch._C.is_grad_enabled
-_any_autocast = torch._C._is_any_autocast_enabled
-_deterministic = torch._C._get_deterministic_algorithms
+#: The hot path's checks, bound once (the eager entry's own).
+_compiling, _grad_enabled = functional._compiling, functional._grad_enabled
+_any_autocast, _deterministic = functional._any_autocast, functional._deterministic
 
 
 class Memo(NamedTuple):
@@ -317,11 +320,6 @@ def _stored(module: nn.Module, name: str):
     """``module``'s parameter or buffer ``name`` (None if registered as None), or :data:`_MISSING`."""
     found = module._parameters.get(name, _MISSING)
     return module._buffers.get(name, _MISSING) if found is _MISSING else found
-
-
-def _versions(parts: tuple) -> tuple:
-    """What tells that a part changed in place (its version counter) or moved (``model.to``: its address)."""
-    return (*map(_version_of, parts), *map(_address_of, parts))
 
 
 def _remember(x: torch.Tensor, conv: nn.Module, norm: nn.Module | None, activation: str | None,
