@@ -226,7 +226,8 @@ def runtime(monkeypatch) -> _Runtime:
 
 def test_without_launch_hooks_a_launch_calls_the_compiled_kernels_run_as_tritons_runner_would(runtime):
     """Triton's runner builds launch metadata for the hooks on every launch and hands the hook chains to the
-    launcher, which calls them; with none in them the site calls ``run`` with None for all three."""
+    launcher, which calls them; with none in them the site calls ``run`` with None for all three, and each
+    tensor's address in its place (the launcher takes an integer as the pointer, with no driver query)."""
     kernel = _RunKernel()
     site = _site(kernel)
     x, out = _Tensor(1024), _Tensor(2048)
@@ -234,13 +235,13 @@ def test_without_launch_hooks_a_launch_calls_the_compiled_kernels_run_as_tritons
         site({"x_ptr": x, "out_ptr": out})
     assert kernel.launches == []
     assert kernel.runs == [(4, 2, 1, 7000, "function handle", ("metadata",), None, None, None,
-                            x, out, 100, 3, 64, True)]
+                            1024, 2048, 100, 3, 64, True)]
 
 
 @pytest.mark.parametrize("hook", ["in_the_chain", "set_in_its_place"])
 def test_a_launch_hook_sends_launches_through_tritons_runner(runtime, hook):
     """A profiler's hook (added to the chain, or a function set in its place), even one added after the site
-    was made, gets every launch: the site then calls Triton's runner."""
+    was made, gets every launch: the site then calls Triton's runner, with the tensors."""
     kernel = _RunKernel()
     site = _site(kernel)
     site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
@@ -248,8 +249,9 @@ def test_a_launch_hook_sends_launches_through_tritons_runner(runtime, hook):
         runtime.launch_exit_hook.calls.append(print)
     else:
         runtime.launch_enter_hook = print
-    site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
-    assert kernel.runs == [] and len(kernel.launches) == 1
+    x, out = _Tensor(1024), _Tensor(2048)
+    site({"x_ptr": x, "out_ptr": out})
+    assert kernel.runs == [] and kernel.launches == [((4, 2, 1), (x, out, 100, 3, 64, True), 7000)]
     runtime.launch_enter_hook, runtime.launch_exit_hook = None, _HookChain()  # none again
     site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
     assert len(kernel.runs) == 1
@@ -263,3 +265,54 @@ def test_the_debug_switch_keeps_tritons_runner(runtime, monkeypatch):
         site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
     assert kernel.runs == [] and len(kernel.launches) == 1
 
+
+
+# ---- a backend's own launch under the compiled kernel's run (conv-gluon's descriptors) -------------------
+
+
+class _Direct:
+    """A site's ``direct`` launch: records what it is made with, the expansions asked and the launches."""
+
+    def __init__(self, made: list) -> None:
+        self.made, self.launches, self.asked = made, [], []
+
+    def __call__(self, stream, args):
+        self.launches.append((stream, args))
+
+    def expansion(self, which, address, build):
+        self.asked.append((which, address))
+        return ["expanded", which, build()]
+
+
+def test_a_sites_direct_launch_gets_the_expansions_of_what_arguments_build_and_hooks_still_take_tritons_runner(
+        runtime):
+    kernel, made = _RunKernel(), []
+
+    def direct(run, grid, function, metadata, positions):
+        made.append((grid, function, metadata, positions))
+        made.append(_Direct(made))
+        return made[-1]
+
+    site = LaunchSite(kernel, (4, 2), ("x_ptr", "out_ptr"), dict(n=100, scale=3, BLOCK=64), dict(num_warps=4),
+                      arguments={"x_ptr": lambda t: ("descriptor of", t.address)}, direct=direct)
+    x, out = _Tensor(1024), _Tensor(2048)
+    for _ in range(2):
+        site({"x_ptr": x, "out_ptr": out})
+    made_with, launch = made
+    assert made_with == ((4, 2, 1), "function handle", ("metadata",), (0,))
+    assert launch.asked == [(0, 1024)]
+    assert launch.launches == [(7000, [["expanded", 0, ("descriptor of", 1024)], 2048, 100, 3, 64, True])]
+    assert kernel.runs == []
+    runtime.launch_exit_hook.calls.append(print)
+    site({"x_ptr": x, "out_ptr": out})
+    assert kernel.launches == [((4, 2, 1), (("descriptor of", 1024), out, 100, 3, 64, True), 7000)]
+
+
+def test_a_direct_launch_that_declines_leaves_the_launch_to_run(runtime):
+    kernel = _RunKernel()
+    site = LaunchSite(kernel, (4, 2), ("x_ptr", "out_ptr"), dict(n=100, scale=3, BLOCK=64), dict(num_warps=4),
+                      arguments={"x_ptr": lambda t: ("descriptor of", t.address)}, direct=lambda *args: None)
+    for _ in range(2):
+        site({"x_ptr": _Tensor(1024), "out_ptr": _Tensor(2048)})
+    assert kernel.runs == [(4, 2, 1, 7000, "function handle", ("metadata",), None, None, None,
+                            ("descriptor of", 1024), 2048, 100, 3, 64, True)]

@@ -40,30 +40,38 @@ def jit_only() -> bool:
     return os.environ.get("CONV_CORE_JIT_LAUNCH") == "1"
 
 
-def _launcher(compiled, grid: tuple[int, ...]) -> Callable[[list, int], None]:
-    """``launch(args, device_index)`` of a compiled kernel on ``grid``, on that device's current stream.
+def _launcher(compiled, grid: tuple[int, ...], site: LaunchSite) -> Callable[[list, list, int], None]:
+    """``launch(bound, addresses, index)`` of a compiled kernel of ``site`` on ``grid``, with the bound tensors and
+    their data pointers, on device ``index``'s current stream.
 
     The stream is read straight from torch (what Triton's launcher would ask for, minus asking which device is
     current: the caller made the tensors' device current); a Triton whose launcher takes no ``stream`` asks itself.
     While nobody hooks Triton's launches (:func:`launch_hooked`), the compiled kernel's ``run`` is called as
-    Triton's own runner calls it, without the launch metadata that only hooks read: Triton 3.6 to 3.9 build it
-    on every launch (a dictionary and two Python calls back from C into empty hook chains).
+    Triton's own runner calls it, without the launch metadata that only hooks read (Triton 3.6 to 3.9 build it
+    on every launch: a dictionary and two Python calls back from C into empty hook chains), and with each tensor's
+    address where the tensor would go: Triton's launcher takes an integer as the pointer it is, where a tensor
+    costs a ``data_ptr()`` call and a driver query (``cuPointerGetAttribute``) per pointer and launch. A site's
+    ``direct`` may take the launch from there (a backend's launch of TMA descriptors). Hooks get Triton's own
+    runner and the tensors, as they would without conv-core.
     """
     grid3 = (*grid, 1, 1)[:3]  # the launcher reads three grid sizes
     runner = compiled[grid3]
     if "stream" not in inspect.signature(runner).parameters:
-        return lambda args, index: runner(*args)
+        return lambda bound, addresses, index: runner(*site.fill(bound))
     run, function, metadata = (getattr(compiled, name, None) for name in ("run", "function", "packed_metadata"))
     runtime = None if run is None or function is None or metadata is None or lean_launch_off() else triton_runtime()
     if runtime is None:
-        return lambda args, index: runner(*args, stream=current_stream(index))
+        return lambda bound, addresses, index: runner(*site.fill(bound), stream=current_stream(index))
     gx, gy, gz = grid3
+    direct = site.direct(run, grid3, function, metadata, site.descriptor_positions) if site.direct else None
 
-    def launch(args: list, index: int) -> None:
+    def launch(bound: list, addresses: list, index: int) -> None:
         if launch_hooked(runtime):
-            runner(*args, stream=current_stream(index))
+            runner(*site.fill(bound), stream=current_stream(index))
+        elif direct is not None:
+            direct(current_stream(index), site.fill(bound, addresses, direct.expansion))
         else:
-            run(gx, gy, gz, current_stream(index), function, metadata, None, None, None, *args)
+            run(gx, gy, gz, current_stream(index), function, metadata, None, None, None, *site.fill(bound, addresses))
     return launch
 
 
@@ -102,18 +110,23 @@ class LaunchSite:
 
     A call passes the tensors in a mapping keyed by ``roles`` (one per pointer, by default the pointer's own
     name): a backend's plan names its tensors by role (:mod:`conv_core.kit.launch`), and binding them to
-    parameters here, once, saves building a second mapping on every launch."""
+    parameters here, once, saves building a second mapping on every launch.
+
+    ``direct(run, grid, function, metadata, positions)``, where given, may return a launch under the compiled
+    kernel's ``run`` (None: ``run`` it is), called ``(stream, arguments)`` with ``arguments`` from :meth:`fill`
+    given its ``expansion`` (``positions``: the parameters that ``arguments`` builds): conv-gluon's launch of
+    descriptors once per address, :mod:`conv_gluon.descriptor_launch`."""
 
     def __init__(self, kernel, grid: tuple[int, ...], pointers: tuple[str, ...], values: Mapping[str, object],
                  options: Mapping[str, object],
                  arguments: Mapping[str, Callable[[torch.Tensor], object]] | None = None,
-                 roles: tuple[str, ...] | None = None) -> None:
+                 roles: tuple[str, ...] | None = None, direct: Callable | None = None) -> None:
         self.kernel, self.grid, self.pointers = kernel, grid, pointers
         self.roles = pointers if roles is None else tuple(roles)
         if len(self.roles) != len(pointers):
             raise ValueError(f"{len(pointers)} pointers but {len(self.roles)} roles")
         self.values, self.options = dict(values), dict(options)
-        self.arguments = dict(arguments or {})
+        self.arguments, self.direct = dict(arguments or {}), direct
         self._runners: dict[tuple, object] = {}
 
     def __call__(self, tensors: Mapping[str, torch.Tensor]) -> None:
@@ -124,17 +137,30 @@ class LaunchSite:
             self._through_jit(self._converted(bound))
             return
         index = first.get_device()
-        key = (index, *[t.dtype for t in bound], *[t.data_ptr() % POINTER_ALIGNMENT == 0 for t in bound])
+        addresses = [t.data_ptr() for t in bound]
+        key = (index, *[t.dtype for t in bound], *[address % POINTER_ALIGNMENT == 0 for address in addresses])
         runner = self._runners.get(key)
         if runner is None:
             compiled = self._through_jit(self._converted(bound))
-            self._runners[key] = _launcher(compiled, self.grid)
+            self._runners[key] = _launcher(compiled, self.grid, self)
             return
+        runner(bound, addresses, index)
+
+    def fill(self, bound: list, addresses: list | None = None, expansion: Callable | None = None) -> list:
+        """The launcher's arguments, every kernel parameter in order: the fixed values, and in the tensor
+        parameters' places each tensor (or its address, where ``addresses`` are given), or what ``arguments``
+        builds on it (or, given ``expansion(which, address, build)``, the ``which``-th such parameter's expanded
+        launcher arguments: :meth:`conv_core.descriptor_launch.DescriptorLaunch.expansion`)."""
         template, slots = self._arguments
         args = template.copy()
-        for position, slot, build in slots:
-            args[position] = bound[slot] if build is None else build(bound[slot])
-        runner(args, index)
+        for position, slot, build, which in slots:
+            if build is None:
+                args[position] = bound[slot] if addresses is None else addresses[slot]
+            elif expansion is None:
+                args[position] = build(bound[slot])
+            else:
+                args[position] = expansion(which, addresses[slot], functools.partial(build, bound[slot]))
+        return args
 
     def warmup(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Compile for tensors like ``tensors`` (one per role) without launching (Triton's ``warmup``): a later
@@ -152,12 +178,19 @@ class LaunchSite:
         return self.kernel[self.grid](**tensors, **self.values, **self.options)
 
     @functools.cached_property
-    def _arguments(self) -> tuple[list[object], tuple[tuple[int, int, Callable | None], ...]]:
+    def _arguments(self) -> tuple[list[object], tuple[tuple[int, int, Callable | None, int], ...]]:
         """The compiled kernel's launcher arguments, every kernel parameter in order (defaults filled in), with
-        the tensors' places left to fill: ``(values, ((index, place in the bound tensors, builder or None) of each
-        tensor parameter))``."""
+        the tensors' places left to fill: ``(values, ((index, place in the bound tensors, builder or None, which
+        built parameter or -1) of each tensor parameter))``."""
         parameters = list(inspect.signature(self.kernel.fn).parameters.items())
         template = [self.values.get(name, parameter.default) for name, parameter in parameters]
-        slots = tuple((index, self.pointers.index(name), self.arguments.get(name))
+        built = [name for name, _ in parameters if name in self.pointers and name in self.arguments]
+        slots = tuple((index, self.pointers.index(name), self.arguments.get(name),
+                       built.index(name) if name in built else -1)
                       for index, (name, _) in enumerate(parameters) if name in self.pointers)
         return template, slots
+
+    @property
+    def descriptor_positions(self) -> tuple[int, ...]:
+        """The kernel parameters (by index) that take what ``arguments`` builds, in order."""
+        return tuple(position for position, _, build, _ in self._arguments[1] if build is not None)

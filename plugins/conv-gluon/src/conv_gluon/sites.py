@@ -5,7 +5,8 @@ the TMA descriptors' maps as descriptor roles). Here each goes on a device's per
 SM, at most one per tile or unit: :meth:`Launch.on_grid`) and becomes a conv-core
 :class:`~conv_core.launch_site.LaunchSite` (:meth:`Launch.make_site`), its descriptor parameters bound to a
 :class:`~conv_gluon.descriptors.Binding` of their map: the descriptor is made per launch on that launch's tensor,
-in a microsecond, and kept by nothing. Imports Gluon (the kernels), so only the launch imports this module.
+in a microsecond, and kept by nothing; under Triton 3.6 its launcher arguments are made once per address
+(:mod:`conv_gluon.descriptor_launch`). Imports Gluon (the kernels), so only the launch imports this module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from conv_core.kit.launch import Launch
 from conv_core.launch_site import LaunchSite
 
-from . import descriptors, tiling
+from . import descriptor_launch, descriptors, tiling
 from .plans import Plan, TensorMap, WeightGradPlan
 
 
@@ -26,7 +27,8 @@ def binder(dtypes: dict[str, str]) -> Callable[[str, TensorMap], descriptors.Bin
 
 def persistent_site(launch: Launch, dtypes: dict[str, str], sms: int) -> LaunchSite:
     """``launch`` on a GPU of ``sms`` SMs: one program per SM, at most one per tile or unit (its grid)."""
-    return launch.on_grid((tiling.persistent_programs(launch.grid[0], sms),)).make_site(binder(dtypes))
+    return launch.on_grid((tiling.persistent_programs(launch.grid[0], sms),)).make_site(
+        binder(dtypes), descriptor_launch.direct)
 
 
 def forward_site(plan: Plan, dtypes: dict[str, str], sms: int) -> LaunchSite:

@@ -63,12 +63,14 @@ class Launch:
         """The same launch on another grid (a persistent kernel's, sized per device)."""
         return dataclasses.replace(self, grid=tuple(grid))
 
-    def make_site(self, bind: Callable[[str, object], Callable] | None = None) -> LaunchSite:
+    def make_site(self, bind: Callable[[str, object], Callable] | None = None, direct: Callable | None = None
+                  ) -> LaunchSite:
         """The launch with everything but its tensors bound, called with the tensors by role; ``bind(parameter,
-        data)`` returns the builder of a descriptor parameter's argument from its tensor."""
+        data)`` returns the builder of a descriptor parameter's argument from its tensor; ``direct``: the
+        site's (:class:`~conv_core.launch_site.LaunchSite`)."""
         builders = {name: bind(name, data) for name, data in self.descriptors} if self.descriptors else None
         return LaunchSite(self.kernel, self.grid, tuple(name for name, _ in self.pointers), self.values, self.options,
-                          builders, roles=tuple(role for _, role in self.pointers))
+                          builders, roles=tuple(role for _, role in self.pointers), direct=direct)
 
     @functools.cached_property
     def site(self) -> LaunchSite:
