@@ -1,0 +1,112 @@
+"""Where a converted model loses under ``torch.compile`` (a diagnostic, run on the GPU).
+
+    python3 scripts/gpu_compile_diag.py [--model resnet50] [--steps 10] [--variants plain,conv,fused,conv_aten]
+
+Each variant (plain, conv, fused) is prepared as the real-model benchmark prepares its ``compile`` mode, then
+timed (wall time per step, synchronised at the end and after each step) and profiled over ``--steps`` steps:
+the graphs Dynamo made, Triton's launch hooks, the Python functions that take the host time (cProfile), the GPU
+kernels by total time and the host time per step. Plain PyTorch runs with ``cudnn.benchmark = True``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+import conv_core
+from conv_core.problem import torch_dtype
+from conv_tools import bench_models
+from conv_tools.model_bench import ModelBenchConfig, cast_input, cudnn_benchmark, make_variants, weights_dtype
+from conv_tools.model_bench_modes import prepare
+
+
+def profile(runner, steps: int) -> tuple[float, list[tuple[str, int, float]]]:
+    """Host ms per step, and the kernels (name, count, total GPU us per step) by total time."""
+    for _ in range(3):
+        runner.step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            runner.step()
+        host = (time.perf_counter() - start) / steps * 1e3
+        torch.cuda.synchronize()
+    rows = [(e.key, e.count // steps, e.device_time_total / steps) for e in prof.key_averages()
+            if e.device_time_total > 0]
+    return host, sorted(rows, key=lambda r: -r[2])
+
+
+def wall(runner, steps: int, sync_each: bool) -> float:
+    """Wall ms per step over ``steps`` steps: synchronised once at the end (the benchmark's way) or after each."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        runner.step()
+        if sync_each:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def python_profile(runner, steps: int) -> None:
+    """The Python functions that take a compiled step's host time (cProfile), by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        runner.step()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(18)
+    print("\n".join("   | " + line for line in text.getvalue().splitlines()[6:30]), flush=True)
+
+
+def launch_hooks() -> str:
+    """Triton's launch hooks as they stand (a hook sends conv-core's launches through Triton's runner)."""
+    import triton
+
+    runtime = triton.knobs.runtime
+    return f"enter {runtime.launch_enter_hook!r}, exit {runtime.launch_exit_hook!r}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--variants", default="plain,conv,fused", help="in this order; conv_aten: every layer on aten")
+    args = parser.parse_args()
+    spec = bench_models.get(args.model)
+    config = ModelBenchConfig(model=args.model, modes=("compile",))
+    base = bench_models.build(args.model).cuda()
+    x = spec.example(spec.default_batch, "cuda")
+    xin = cast_input(x, weights_dtype("compile", config), config.layout)
+    with cudnn_benchmark():
+        builders = make_variants(base, "compile", config)
+        builders["conv_aten"] = lambda: conv_core.convert(builders["plain"](), backend="aten")
+        for name in args.variants.split(","):
+            build = builders[name]
+            runner = prepare("compile", build(), xin, amp_dtype=torch_dtype(config.amp_dtype))
+            timed = {sync: [wall(runner, 20, sync) for _ in range(5)] for sync in (False, True)}
+            print(f"== {args.model} compile {name}: wall ms/step, sync at the end "
+                  f"{sorted(timed[False])}, after each step {sorted(timed[True])}; graphs "
+                  f"{dict(torch._dynamo.utils.counters['stats'])}; {launch_hooks()}", flush=True)
+            python_profile(runner, args.steps)
+            host, rows = profile(runner, args.steps)
+            total = sum(r[2] for r in rows)
+            print(f"== {args.model} compile {name}: host {host:.3f} ms/step, GPU {total / 1e3:.3f} ms/step, "
+                  f"notes {runner.notes}", flush=True)
+            for key, count, us in rows[:14]:
+                print(f"   {count:4d} x {us:9.1f} us  {key[:110]}")
+            del runner
+            torch._dynamo.reset()
+
+
+if __name__ == "__main__":
+    main()
