@@ -150,7 +150,7 @@ class LaunchSite:
         """The launcher's arguments, every kernel parameter in order: the fixed values, and in the tensor
         parameters' places each tensor (or its address, where ``addresses`` are given), or what ``arguments``
         builds on it (or, given ``expansion(which, address, build)``, the ``which``-th such parameter's expanded
-        launcher arguments: :meth:`conv_core.descriptor_launch.DescriptorLaunch.expansion`)."""
+        launcher arguments: :meth:`conv_gluon.descriptor_launch.DescriptorLaunch.expansion`)."""
         template, slots = self._arguments
         args = template.copy()
         for position, slot, build, which in slots:
