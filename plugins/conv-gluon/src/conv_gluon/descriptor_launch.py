@@ -24,7 +24,7 @@ from typing import NamedTuple
 #: programmatic dependent launch, global and profile scratch, packed metadata, launch metadata, two hooks.
 BASE_ARGUMENTS = 13
 
-#: Addresses kept per descriptor parameter before the oldest are dropped (a model reuses a few per layer).
+#: Addresses kept per descriptor parameter before all are dropped (a model reuses a few per layer).
 KEPT_ADDRESSES = 16
 
 
@@ -87,13 +87,11 @@ class DescriptorLaunch:
         return found
 
     def __call__(self, stream: int, args: list) -> None:
-        head = list(self.head)
-        head[3] = stream
-        flat = head
+        flat = [*self.head[:3], stream, *self.head[4:]]
         start = 0
         for position in self.positions:
             flat += args[start:position]
-            flat += args[position]
+            flat += args[position]  # the descriptor's expansion, spliced in
             start = position + 1
         flat += args[start:]
         self.unwrapped.launcher(*flat)
