@@ -57,7 +57,7 @@ def test_a_descriptor_is_expanded_once_per_address(encoded):
     for address in (4096, 4096, 8192, 4096):
         launch.expansion(0, address, lambda address=address: _described(address))
     assert encoded == [4096, 8192]
-    for address in range(descriptor_launch.KEPT_ADDRESSES + 1):  # a long run of new addresses: the kept ones are dropped
+    for address in range(descriptor_launch.KEPT_ADDRESSES + 1):  # many new addresses: the kept ones are dropped
         launch.expansion(1, 16 * address, lambda address=address: _described(16 * address))
     assert len(launch._expanded[1]) <= descriptor_launch.KEPT_ADDRESSES
 

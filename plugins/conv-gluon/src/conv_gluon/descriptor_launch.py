@@ -87,7 +87,9 @@ class DescriptorLaunch:
         return found
 
     def __call__(self, stream: int, args: list) -> None:
-        flat = [*self.head[:3], stream, *self.head[4:]]
+        head = list(self.head)
+        head[3] = stream
+        flat = head
         start = 0
         for position in self.positions:
             flat += args[start:position]
