@@ -5,12 +5,15 @@
 Each variant (plain, conv, fused) is prepared as the real-model benchmark prepares its ``compile`` mode, then
 timed (wall time per step, synchronised at the end and after each step) and profiled over ``--steps`` steps:
 the graphs Dynamo made, Triton's launch hooks, the Python functions that take the host time (cProfile), the GPU
-kernels by total time and the host time per step. Plain PyTorch runs with ``cudnn.benchmark = True``.
+kernels by total time and the host time per step, and the garbage collector's passes and time during the timed
+steps (its full passes cost more the more objects the process holds, which grows with each compiled variant). Plain
+PyTorch runs with ``cudnn.benchmark = True``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 import torch
@@ -20,6 +23,7 @@ from conv_core.problem import torch_dtype
 from conv_tools import bench_models
 from conv_tools.model_bench import ModelBenchConfig, cast_input, cudnn_benchmark, make_variants, weights_dtype
 from conv_tools.model_bench_modes import prepare
+from gpu_eager_gap import GcTimer
 
 
 def profile(runner, steps: int) -> tuple[float, list[tuple[str, int, float]]]:
@@ -93,10 +97,13 @@ def main() -> None:
         for name in args.variants.split(","):
             build = builders[name]
             runner = prepare("compile", build(), xin, amp_dtype=torch_dtype(config.amp_dtype))
-            timed = {sync: [wall(runner, 20, sync) for _ in range(5)] for sync in (False, True)}
+            with GcTimer() as collector:
+                timed = {sync: [wall(runner, 20, sync) for _ in range(5)] for sync in (False, True)}
             print(f"== {args.model} compile {name}: wall ms/step, sync at the end "
                   f"{sorted(timed[False])}, after each step {sorted(timed[True])}; graphs "
-                  f"{dict(torch._dynamo.utils.counters['stats'])}; {launch_hooks()}", flush=True)
+                  f"{dict(torch._dynamo.utils.counters['stats'])}; {launch_hooks()}; collector passes (gen 0/1/2) "
+                  f"{collector.passes} taking {sum(collector.ns) / 200 / 1e3:.1f} us/step, {len(gc.get_objects())} "
+                  "tracked objects", flush=True)
             python_profile(runner, args.steps)
             host, rows = profile(runner, args.steps)
             total = sum(r[2] for r in rows)

@@ -1,7 +1,8 @@
 """Why a converted model's eager inference is slower: host time and wall time per step, split, per variant.
 
     python3 scripts/gpu_eager_gap.py --out DIR [--models mobilenet_v3_large,resnet50] [--rounds 7 --steps 20]
-                                     [--variants plain,conv,conv_aten,native] [--by-type]
+                                     [--variants plain,conv,conv_aten,native] [--by-type] [--per-layer]
+                                     [--gc] [--ops]
 
 Each step runs alone after a synchronize: ``host`` is the time until ``step()`` returns (the launch queue starts
 empty, so no launch waits for the GPU), ``wall`` the time until the GPU is done. A variant that loses host time
@@ -24,6 +25,10 @@ the GPU kernels whose count or time differs from plain's. ``--by-type``: with gl
 time inside each leaf module type's forward, per variant. ``--per-layer``: the host time of each convolution
 module's own call (its class swapped for a subclass that times ``__call__``: no hook, so a converted module keeps
 its memo path), plain against converted, the layers that differ most with the route the converted one ran.
+``--gc``: per variant, the garbage collector's passes per generation and the host time they take per step, and the
+cyclic garbage a step leaves, by type (a call that leaves cycles makes collections run more often, and their time
+lands on whatever allocates next). ``--ops``: each convolution module called alone on the input it gets in the
+model, under the profiler: the operators, launches and kernels of its call, plain against converted, grouped.
 """
 
 from __future__ import annotations
@@ -191,6 +196,100 @@ class LayerTimer:
             module.__class__ = base
 
 
+class GcTimer:
+    """The garbage collector's passes per generation and the host nanoseconds they take (``gc.callbacks``)."""
+
+    def __init__(self):
+        self.ns, self.passes, self.start = [0, 0, 0], [0, 0, 0], 0
+
+    def __enter__(self):
+        gc.callbacks.append(self.callback)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self.callback)
+
+    def callback(self, phase, info):
+        if phase == "start":
+            self.start = time.perf_counter_ns()
+        else:
+            self.ns[info["generation"]] += time.perf_counter_ns() - self.start
+            self.passes[info["generation"]] += 1
+
+
+def cyclic_garbage(model, x, steps: int) -> Counter:
+    """The objects ``steps`` steps leave in reference cycles (only a collection frees them), by type, per step."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(steps):
+            one_step(model, x)
+        gc.collect()
+        kinds = Counter(type(o).__qualname__ for o in gc.garbage)
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+        gc.enable()
+    return Counter({kind: n / steps for kind, n in kinds.items()})
+
+
+def gc_profile(models, x, rounds: int, steps: int) -> dict:
+    """Per variant: collector passes per 100 steps by generation, its host us per step, cyclic garbage per step."""
+    timers = {label: GcTimer() for label in models}
+    for _ in range(rounds):
+        for label, model in models.items():
+            with timers[label]:
+                for _ in range(steps):
+                    one_step(model, x)
+    total = rounds * steps
+    return {label: {"passes_per_100_steps": [100 * n / total for n in timer.passes],
+                    "gc_us_per_step": sum(timer.ns) / total / 1e3,
+                    "garbage_per_step": dict(cyclic_garbage(models[label], x, steps).most_common(12))}
+            for label, timer in timers.items()}
+
+
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaMemsetAsync",
+            "cudaMemcpyAsync")
+
+
+def call_ops(module, x) -> tuple[tuple[str, ...], int, tuple[str, ...]]:
+    """One no-grad call's top-level operators, its launches and its kernels, under the profiler."""
+    with torch.no_grad():
+        module(x)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            module(x)
+            torch.cuda.synchronize()
+    events = prof.events()
+    ops = tuple(e.name for e in events if e.device_type == torch.autograd.DeviceType.CPU and e.cpu_parent is None
+                and not e.name.startswith(LAUNCHES) and e.name != "cudaDeviceSynchronize")
+    launches = sum(1 for e in events if e.name.startswith(LAUNCHES))
+    kernels = tuple(e.name[:40] for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    return ops, launches, kernels
+
+
+def layer_ops(models, x) -> dict:
+    """Each convolution module called alone on the input it gets in the model (captured by a pre-hook in a step
+    of its own), plain against converted: the layers grouped by what their two calls ran."""
+    calls = {}
+    for label in ("plain", "conv"):
+        inputs, handles = {}, []
+        for name, module in convolution_modules(models[label]):
+            handles.append(module.register_forward_pre_hook(
+                lambda m, args, _name=name, _inputs=inputs: _inputs.setdefault(_name, args[0])))
+        one_step(models[label], x)
+        for handle in handles:
+            handle.remove()
+        calls[label] = {name: call_ops(module, inputs[name]) for name, module in convolution_modules(models[label])
+                        if name in inputs}
+    groups = {}
+    for name, plain in calls["plain"].items():
+        conv = calls["conv"].get(name)
+        groups.setdefault(repr((plain, conv)), {"plain": plain, "conv": conv, "layers": []})["layers"].append(name)
+    return {"groups": sorted(groups.values(), key=lambda g: -len(g["layers"]))}
+
+
 def route_of(module) -> str:
     """What a converted module's memo runs for its last no-grad signature: ``F.conv`` or a plugin's kernel id."""
     memos = getattr(module, "_memos", None)
@@ -215,7 +314,7 @@ def per_layer(models, x, rounds: int, steps: int) -> dict:
     return {label: {name: statistics.median(v) for name, v in layers.items()} for label, layers in samples.items()}
 
 
-BY_TYPE = PER_LAYER = False
+BY_TYPE = PER_LAYER = GC = OPS = False
 VARIANTS = ("plain", "conv", "conv_aten", "wrapped", "native", "keyed", "memo_full", "memo_shape")
 
 
@@ -277,6 +376,8 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
         full_way = {label: full_way_calls(model, x) for label, model in models.items() if label.startswith("conv")}
         types = by_type(models, x, rounds, steps) if BY_TYPE else {label: {} for label in models}
         layers = per_layer(models, x, rounds, steps) if PER_LAYER else {}
+        collector = gc_profile(models, x, rounds, steps) if GC else {}
+        ops = layer_ops(models, x) if OPS else {}
         routes = {name: route_of(module) for name, module in convolution_modules(models["conv"])}
         interleaved = {label: [] for label in models}
         for _ in range(steps * rounds):  # one step of each in turn: drift of the host's speed hits all alike
@@ -293,6 +394,7 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
               "full_way_calls_per_step": full_way,
               "interleaved_host_ms": {k: statistics.median(v) for k, v in interleaved.items()},
               "no_gc_host_ms": {k: statistics.median(v) for k, v in no_gc.items()}}
+    first = len(report)
     report.append(f"==== {name} (batch {spec.default_batch}), {rounds} rounds x {steps} single steps")
     for label in models:
         h, w = statistics.median(host[label]), statistics.median(wall[label])
@@ -312,6 +414,22 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
     for kind in sorted(set().union(*types.values()) - set(types["plain"])):
         report.append(f"    {kind:24s}" + "".join(f" {label} {types[label].get(kind, 0.0):8.1f}" for label in models))
     record["by_type_us"] = types
+    if collector:
+        report.append(f"  garbage collector ({len(gc.get_objects())} tracked objects in the process): passes per 100 "
+                      "steps (gen 0/1/2), host us per step, cyclic garbage per step:")
+        for label, row in collector.items():
+            passes = "/".join(f"{n:.0f}" for n in row["passes_per_100_steps"])
+            report.append(f"    {label:10s} {passes:>12s} {row['gc_us_per_step']:8.1f}  {row['garbage_per_step']}")
+        record["gc"] = collector
+    if ops:
+        report.append("  each convolution called alone, plain | converted: top-level operators, launches, kernels:")
+        for group in ops["groups"]:
+            report.append(f"    {len(group['layers'])} layers, e.g. {group['layers'][0]}:")
+            for label in ("plain", "conv"):
+                if group[label] is not None:
+                    op_names, launches, kernel_names = group[label]
+                    report.append(f"      {label:5s} {list(op_names)} {launches} launches {list(kernel_names)}")
+        record["ops"] = ops
     if layers:
         plain_us, conv_us = layers["plain"], layers["conv"]
         report.append(f"  host us per step inside each convolution's call: plain {sum(plain_us.values()):.0f}, "
@@ -331,14 +449,14 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
                           f"{plain_times.get(k, 0):9.1f}  {k}")
         record["kernels"][label] = {k: [counts.get(k, 0), plain_counts.get(k, 0), times.get(k, 0),
                                         plain_times.get(k, 0)] for k in diffs}
-    print("\n".join(report[-30:]), flush=True)
+    print("\n".join(report[first:]), flush=True)
     del models, base
     torch.cuda.empty_cache()
     return record
 
 
 def main() -> None:
-    global BY_TYPE, PER_LAYER, VARIANTS
+    global BY_TYPE, PER_LAYER, GC, OPS, VARIANTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--models", default="mobilenet_v3_large,efficientnet_b0,convnext_tiny,resnet50")
@@ -347,8 +465,10 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list; plain and conv always run")
     parser.add_argument("--by-type", action="store_true", help="also time each leaf module type (global hooks)")
     parser.add_argument("--per-layer", action="store_true", help="also time each convolution module's call")
+    parser.add_argument("--gc", action="store_true", help="also the garbage collector's passes, time and garbage")
+    parser.add_argument("--ops", action="store_true", help="also each convolution's operators and launches, alone")
     args = parser.parse_args()
-    BY_TYPE, PER_LAYER = args.by_type, args.per_layer
+    BY_TYPE, PER_LAYER, GC, OPS = args.by_type, args.per_layer, args.gc, args.ops
     VARIANTS = tuple(args.variants.split(","))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

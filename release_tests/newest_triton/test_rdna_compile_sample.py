@@ -2,7 +2,7 @@
 
 The full compile checks (``plugins/conv-rdna/tests/test_compile.py``: every shipped configuration, over a
 thousand compiles) run at triton 3.6, the version the GPU machine ships with. Running them again at the
-newest release would double the CI's longest step, so tox's ``rdna-triton39`` environment leaves that module
+newest release would double the CI's longest step, so tox's ``triton39`` environment leaves that module
 out and runs this sample instead: for each kernel on each compile target one job (a 16-bit one where the
 kernel has one, so the matrix-instruction check applies), held to the same checks (``aot.problems_of``:
 compiles, matrix instructions, no spills, no scratch, shared memory within limits). A new compiler that
