@@ -54,8 +54,9 @@ def wall(runner, steps: int, sync_each: bool) -> float:
     return (time.perf_counter() - start) / steps * 1e3
 
 
-def python_profile(runner, steps: int) -> None:
-    """The Python functions that take a compiled step's host time (cProfile), by own time."""
+def python_profile(runner, steps: int, sort: str = "tottime", only: str = "") -> None:
+    """The Python functions that take a compiled step's host time (cProfile), by own time (or ``sort``), those
+    whose file and name match ``only`` where given."""
     import cProfile
     import io
     import pstats
@@ -68,8 +69,47 @@ def python_profile(runner, steps: int) -> None:
     profiler.disable()
     torch.cuda.synchronize()
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(18)
-    print("\n".join("   | " + line for line in text.getvalue().splitlines()[6:30]), flush=True)
+    pstats.Stats(profiler, stream=text).sort_stats(sort).print_stats(*([only] if only else []), 18)
+    print("\n".join("   | " + line for line in text.getvalue().splitlines()[4:34]), flush=True)
+
+
+def cpu_ops(runner, steps: int) -> None:
+    """The host's operators and runtime calls of a compiled step by own time (the profiler's CPU side): a call
+    that blocks (a synchronize, a free, a copy from the host) shows here where cProfile sees only its caller."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            runner.step()
+        torch.cuda.synchronize()
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:22]
+    for e in rows:
+        print(f"   ~ {e.count // steps:5d} x {e.self_cpu_time_total / steps:9.1f} us own  {e.key[:100]}")
+
+
+def operand_layouts(runner) -> None:
+    """How the engine's routes receive their operands in one compiled step: the input and weight dense in the
+    route's layout or not, the weight a parameter or a tensor the graph made (a copy costs a derived weight)."""
+    from collections import Counter
+
+    from conv_core.frontend import routes
+    from conv_core.layout import is_dense_in
+
+    seen, run = Counter(), routes.Route.run
+
+    def recording(self, x, w, bias):
+        seen[(f"x dense {is_dense_in(x, self.layout)}", f"w dense {is_dense_in(w, self.layout)}",
+              type(w).__name__, self.layout, tuple(w.stride()))] += 1
+        return run(self, x, w, bias)
+
+    routes.Route.run = recording
+    try:
+        runner.step()
+        torch.cuda.synchronize()
+    finally:
+        routes.Route.run = run
+    for key, count in seen.most_common(12):
+        print(f"   > {count:4d} x {key}")
 
 
 def launch_hooks() -> str:
@@ -85,6 +125,8 @@ def main() -> None:
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--variants", default="plain,conv,fused", help="in this order; conv_aten: every layer on aten")
+    parser.add_argument("--profile-sort", default="tottime", help="cProfile's order: tottime, cumulative, ...")
+    parser.add_argument("--profile-only", default="", help="a regular expression: only functions matching it")
     args = parser.parse_args()
     spec = bench_models.get(args.model)
     config = ModelBenchConfig(model=args.model, modes=("compile",))
@@ -104,7 +146,9 @@ def main() -> None:
                   f"{dict(torch._dynamo.utils.counters['stats'])}; {launch_hooks()}; collector passes (gen 0/1/2) "
                   f"{collector.passes} taking {sum(collector.ns) / 200 / 1e3:.1f} us/step, {len(gc.get_objects())} "
                   "tracked objects", flush=True)
-            python_profile(runner, args.steps)
+            python_profile(runner, args.steps, args.profile_sort, args.profile_only)
+            cpu_ops(runner, args.steps)
+            operand_layouts(runner)
             host, rows = profile(runner, args.steps)
             total = sum(r[2] for r in rows)
             print(f"== {args.model} compile {name}: host {host:.3f} ms/step, GPU {total / 1e3:.3f} ms/step, "

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conv_core.aot import compile_all
+from conv_core.testing.aot import compile_all
 from conv_rdna import aot
 
 SIXTEEN_BIT = ("float16", "bfloat16")

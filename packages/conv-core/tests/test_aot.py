@@ -1,6 +1,6 @@
-"""The ahead-of-time compile helpers the Triton backends share (conv_core.aot)."""
+"""The ahead-of-time compile helpers the Triton backends share (conv_core.testing.aot)."""
 
-from conv_core import aot
+from conv_core.testing import aot
 
 
 def test_scalar_arguments_are_specialized_as_tritons_jit_does():

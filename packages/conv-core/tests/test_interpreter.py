@@ -101,3 +101,64 @@ def test_it_wraps_once():
     wrapped = fake._patch_lang, fake.GridExecutor.__call__
     interpreter._language_patched_once_per_launch(fake)
     assert (fake._patch_lang, fake.GridExecutor.__call__) == wrapped
+
+
+class BlockType:
+    """A block of ``element_ty`` (as ``tl.block_type``: unhashable, since it compares by value)."""
+
+    __hash__ = None
+
+    def __init__(self, element_ty):
+        self.element_ty = element_ty
+
+
+def fake_dtypes():
+    """A module with Triton's ``_get_np_dtype`` shape: a block answers for its element type; calls are counted."""
+    tl = types.SimpleNamespace(block_type=BlockType)
+    module = types.SimpleNamespace(tl=tl, asked=[])
+
+    def get_np_dtype(tt_dtype):
+        module.asked.append(tt_dtype)
+        element = tt_dtype.element_ty if isinstance(tt_dtype, BlockType) else tt_dtype
+        return {"fp16": "float16", "bf16": "uint16"}.get(element, "uint64") if isinstance(element, str) else "uint64"
+
+    module._get_np_dtype = get_np_dtype
+    return module
+
+
+def test_numpy_dtypes_are_answered_once_per_triton_dtype():
+    fake = fake_dtypes()
+    shipped = fake._get_np_dtype
+    asked = ["fp16", BlockType("fp16"), "bf16", BlockType("bf16"), "fp16", BlockType("ptr")]
+    expected = [shipped(t) for t in asked]
+    fake.asked.clear()
+    interpreter._numpy_dtypes_kept(fake)
+    assert [fake._get_np_dtype(t) for t in asked] == expected
+    assert fake.asked == ["fp16", "bf16", "ptr"]  # a block is answered as its element type, each once
+
+
+def test_an_unhashable_dtype_is_answered_by_triton_every_time():
+    fake = fake_dtypes()
+    interpreter._numpy_dtypes_kept(fake)
+    odd = BlockType(BlockType("fp16"))  # a block of blocks: its element type is no dictionary key
+    assert fake._get_np_dtype(odd) == "uint64" and fake._get_np_dtype(odd) == "uint64"
+    assert fake.asked == [odd, odd]
+
+
+def test_numpy_dtypes_are_wrapped_once():
+    fake = fake_dtypes()
+    interpreter._numpy_dtypes_kept(fake)
+    wrapped = fake._get_np_dtype
+    interpreter._numpy_dtypes_kept(fake)
+    assert fake._get_np_dtype is wrapped
+
+
+def test_a_helper_module_gaining_names_is_looked_at_again():
+    fake = fake_interpreter()
+    interpreter._language_patched_once_per_launch(fake)
+    helper = function_seeing()
+    kernel = function_seeing(tl=fake.tl)
+    fake.GridExecutor(kernel, [helper])()
+    helper.__globals__["core"] = fake.tl.core  # the same globals, one name more
+    fake.GridExecutor(kernel, [helper])()
+    assert fake.patched == ["tl", "tl", "tl.core"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conv_core.aot import compile_failure, distinct, report
+from conv_core.testing.aot import compile_failure, distinct, report
 from conv_core.candidate import Declined
 from conv_core.testing.plugin_checks import the_decline
 

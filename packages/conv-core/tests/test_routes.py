@@ -300,3 +300,67 @@ def test_first_use_timing_skips_plugins_where_aten_is_under_the_host_allowance(m
     big = [torch.randn(4, 64, 48, 48), torch.randn(64, 64, 3, 3)]
     conv_core.conv2d(*big, padding=1)  # milliseconds on the CPU: the plugin is timed too
     assert backend.runs and set(backend.runs) == {"fwd"}
+
+
+class Recording(Counting):
+    """:class:`Counting`, keeping each forward's input and weight as the kernel got them."""
+
+    def __init__(self):
+        super().__init__()
+        self.operands: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def _run(self, problem, run, *operands, out=None):
+        if problem.direction == "fwd":
+            self.operands.append(operands[:2])
+        return super()._run(problem, run, *operands, out=out)
+
+
+def test_a_weight_in_the_other_layout_is_copied_once_per_version(monkeypatch):
+    """A channels-last input with a channels-first weight: the kernel gets the weight in channels-last, the same
+    copy call after call (a plugin's own derived weights keyed on it stay valid), a new one after the weight
+    changes in place."""
+    backend = Recording()
+    engine = use_backends(monkeypatch, counting=backend)
+    x, w, b = tensors()
+    x = x.to(memory_format=torch.channels_last)
+    prove_faster(engine, [problem_of_tensors(x, w, b, padding=1)], ["counting:k:c"])
+    with torch.no_grad():
+        first, again = (conv_core.conv2d(x, w, b, padding=1) for _ in range(2))
+        w.mul_(-1)
+        changed = conv_core.conv2d(x, w, b, padding=1)
+    (_, w1), (_, w2), (_, w3) = backend.operands
+    assert w2 is w1 and w1.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous(
+        memory_format=torch.channels_last)
+    assert torch.equal(w3, w) and w3 is not w1
+    torch.testing.assert_close(first, F.conv2d(x, -w, b, padding=1))
+    torch.testing.assert_close(changed, F.conv2d(x, w, b, padding=1))
+    assert torch.equal(again, first)
+
+
+def test_a_traced_plugin_call_takes_its_weights_layout(monkeypatch):
+    """Traced with a channels-first input and channels-last weights, a layer a plugin wins in channels-last gets
+    its input in channels-last (a copy in the graph, for Inductor to fuse) and the weight as it is."""
+    backend = Recording()
+    engine = use_backends(monkeypatch, counting=backend)
+    model = conv_core.convert(Tiny().eval()).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 4, 7, 6)
+    x_last = x.to(memory_format=torch.channels_last)
+    prove_faster(engine, [problem_of_tensors(x_last, model.conv1.weight, model.conv1.bias, padding=1)],
+                 ["counting:k:c"])
+    with torch.no_grad():
+        targets = _aten_targets(model, x)
+    assert "conv_core.convolution.default" in targets
+    (x_seen, w_seen), *_ = backend.operands
+    assert x_seen.is_contiguous(memory_format=torch.channels_last) and w_seen is model.conv1.weight
+
+
+def test_a_traced_input_keeps_its_layout_where_the_weight_says_none():
+    """A 1x1 weight is dense in both layouts: the input stays as it comes."""
+    from conv_core.frontend.ops import _in_weight_layout
+
+    x, w = torch.randn(2, 4, 5, 5), torch.randn(6, 4, 1, 1)
+    assert _in_weight_layout(x, w) is x
+    w3 = torch.randn(6, 4, 3, 3).to(memory_format=torch.channels_last)
+    relaid = _in_weight_layout(x, w3)
+    assert relaid.is_contiguous(memory_format=torch.channels_last) and torch.equal(relaid, x)
+    assert _in_weight_layout(relaid, w3) is relaid

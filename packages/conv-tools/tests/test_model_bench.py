@@ -402,3 +402,19 @@ def test_fusion_is_never_slower_than_the_unfused_converted_model():
     conv, fused = mode["variants"]["conv"], mode["variants"]["fused"]
     per_round = sorted(c / f for c, f in zip(conv["round_ms"], fused["round_ms"]))
     assert per_round[len(per_round) // 2] >= 0.85, (conv["round_ms"], fused["round_ms"])
+
+
+def test_a_compiled_mode_is_held_to_plain_eager_error_where_that_is_larger():
+    """Inductor made the compiled plain model more exact than eager PyTorch (SD-VAE: 0.029 against 0.046); the
+    converted model's kernels are the same compiled or not, so its tolerance is eager's."""
+    def result():
+        return {"mode": "compile", "skipped": None, "ratios": {}, "ratio_spread": {}, "within_tolerance": {},
+                "variants": {"plain": {"error": 0.029, "failed": None, **round_times([[1.0]])},
+                             "conv": {"error": 0.084, "failed": None, **round_times([[1.0]])}}}
+    alone, with_eager, eager_smaller = result(), result(), result()
+    _judge(alone, "bfloat16")
+    _judge(with_eager, "bfloat16", eager_error=0.046)
+    _judge(eager_smaller, "bfloat16", eager_error=0.01)
+    assert not alone["within_tolerance"]["conv"] and with_eager["within_tolerance"]["conv"]
+    assert with_eager["tolerated_error"] == pytest.approx(0.092)
+    assert eager_smaller["tolerated_error"] == pytest.approx(0.058)

@@ -60,7 +60,7 @@ def planned(arch: str = "sm_90", stages=STAGES) -> list[tuple[str, str, ConvProb
 
 def _kernel_key(problem: ConvProblem, p) -> tuple:
     """What Triton's JIT specializes a candidate's launches on (two with one key share compiled kernels)."""
-    from conv_gluon import plans as plan, specialization
+    from conv_gluon import launch, plans as plan, specialization
     from conv_gluon.kernels.fwd import conv_fwd
 
     def described(tmap, dtype):
@@ -70,14 +70,14 @@ def _kernel_key(problem: ConvProblem, p) -> tuple:
         from conv_gluon.kernels.bwd_weight import conv_bwd_weight, sum_splits
 
         signature, constexprs, _ = specialization.plan_specialization(
-            p, conv_bwd_weight, specialization.role_dtypes(problem, p), described)
+            p, conv_bwd_weight, launch.role_dtypes(problem, p), described)
         second = specialization.sum_specialization(p, sum_splits)[:2] if p.split else None
         return (tuple(signature.items()), tuple(constexprs.items()), p.maxnreg,
                 None if second is None else (tuple(second[0].items()), tuple(second[1].items())))
     launches = [ph.plan for ph in p.phases] if isinstance(p, plan.DataGradPlan) else [p]
     key = []
     for lp in launches:
-        signature, constexprs, _ = specialization.plan_specialization(lp, conv_fwd, specialization.role_dtypes(problem),
+        signature, constexprs, _ = specialization.plan_specialization(lp, conv_fwd, launch.role_dtypes(problem),
                                                                       described)
         key.append((tuple(signature.items()), tuple(constexprs.items()), lp.maxnreg))
     return tuple(key)

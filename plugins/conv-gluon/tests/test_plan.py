@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conv_core.problem import ConvProblem
 from conv_gluon.registry import REGISTRY
-from conv_gluon import configs, plans as plan, specialization
+from conv_gluon import configs, launch, plans as plan, specialization
 from conv_gluon.kernels.codes import A_MODES, ACTIVATIONS
 
 TAB = configs.table("sm_90")
@@ -61,7 +61,7 @@ def test_below_3d_the_depth_arguments_are_jit_constants():
     from conv_gluon.kernels.fwd import conv_fwd
 
     p = make(problem(), "fwd_gather")
-    _, constexprs, _ = specialization.plan_specialization(p, conv_fwd, specialization.role_dtypes(problem(), p),
+    _, constexprs, _ = specialization.plan_specialization(p, conv_fwd, launch.role_dtypes(problem(), p),
                                                           descriptors.signature)
     assert all(constexprs[name] == 1 for name in ("Z", "D", "T", "STRIDE_D", "DIL_D"))
     assert constexprs["PAD_D"] == 0 and "sx_d" not in constexprs and "sy_d" not in constexprs
@@ -136,7 +136,7 @@ def test_aot_specialization_mirrors_the_jit():
     from conv_gluon.kernels.fwd import conv_fwd
 
     p = make(problem(stride=1, dilation=1, padding=2, filter_size=5), "fwd_box")
-    signature, consts, attrs = specialization.plan_specialization(p, conv_fwd, specialization.role_dtypes(problem()),
+    signature, consts, attrs = specialization.plan_specialization(p, conv_fwd, launch.role_dtypes(problem()),
                                                                   lambda tmap, dtype: f"desc{tmap.block}")
     names = conv_fwd.arg_names
     assert signature["x"] == f"desc{p.x_map.block}" and signature["w_desc"] == f"desc{p.w_map.block}"
@@ -290,7 +290,7 @@ def test_weight_gradient_specialization():
     p = problem(batch=32, input_size=(28, 28)).with_direction("bwd_weight")
     wp = wgrad(p, "bwd_weight_box")
     assert wp.split
-    dtypes = specialization.role_dtypes(p, wp)
+    dtypes = launch.role_dtypes(p, wp)
     assert dtypes == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "float32", "out_desc": "float32"}
     signature, consts, attrs = specialization.plan_specialization(wp, conv_bwd_weight, dtypes,
                                                                   lambda tmap, dtype: f"desc{tmap.block}")
@@ -301,7 +301,7 @@ def test_weight_gradient_specialization():
     assert consts["STRIDE_H"] == 1 and consts["GROUPS"] == 1 and set(signature) == set(names)
     sig, consts, _ = specialization.sum_specialization(wp, sum_splits)
     assert sig["ws_ptr"] == "*fp32" and sig["out_ptr"] == "*bf16" and consts["BLOCK"] == wp.reduce.block
-    assert specialization.role_dtypes(p) == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "bfloat16",
+    assert launch.role_dtypes(p) == {"dy_desc": "bfloat16", "x": "bfloat16", "out_ptr": "bfloat16",
                                    "out_desc": "bfloat16"}
 
 

@@ -10,7 +10,7 @@ the image's pixel rows align (their vector width), so image sizes of one alignme
 from __future__ import annotations
 
 import pytest
-from conv_core.aot import DIVISIBLE
+from conv_core.testing.aot import DIVISIBLE
 from conv_core.problem import ConvProblem
 from conv_rdna import candidates, configs, registry, specialization
 from conv_rdna.kernels.common import SIZES, unspecialized

@@ -11,7 +11,11 @@ were most of its time on conv-rdna's kernels (a weight-gradient case: 56 s as Tr
   interpreted builtins the launch already installed (a millisecond a call: ``inspect.getmembers`` over the
   language's modules).
 
-:func:`lean_interpreter` turns both off for the process, once, where the interpreter is built as in Triton
+And one is a pure function it recomputes: the numpy dtype of a Triton dtype (``_get_np_dtype``, which builds a
+dictionary of 19 numpy dtypes on each of its calls, several per interpreted operation: 5% of conv-rdna's
+conformance run), kept here per dtype.
+
+:func:`lean_interpreter` takes all three out for the process, once, where the interpreter is built as in Triton
 3.6 to 3.9; on any other it changes nothing. ``CONV_CORE_LEAN_INTERPRETER=0`` leaves the interpreter as Triton
 ships it (to rule this module out). Nothing here imports Triton until an interpreted launch asks.
 """
@@ -37,6 +41,7 @@ def lean_interpreter() -> None:
 
     _without_overflow_checks(interpreter)
     _language_patched_once_per_launch(interpreter)
+    _numpy_dtypes_kept(interpreter)
 
 
 def _without_overflow_checks(interpreter) -> None:
@@ -59,9 +64,18 @@ def _language_patched_once_per_launch(interpreter) -> None:
         return
     languages = (tl, tl.core)
     launch = {"running": False, "patched": frozenset()}  # the modules patched since the running launch began
+    #: id and size of a function's globals -> (the globals, kept so that the id stays theirs; the language
+    #: modules among them): a kernel calls its helpers thousands of times, and their module's globals stay put
+    found: dict[tuple[int, int], tuple[dict, frozenset[int]]] = {}
 
     def modules(fn) -> frozenset[int]:
-        return frozenset(id(value) for value in fn.__globals__.values() if any(value is m for m in languages))
+        names = fn.__globals__
+        key = (id(names), len(names))
+        kept = found.get(key)
+        if kept is None:
+            kept = found[key] = (names, frozenset(id(value) for value in names.values()
+                                                  if any(value is m for m in languages)))
+        return kept[1]
 
     def patch_once(fn):
         seen = modules(fn)
@@ -84,3 +98,27 @@ def _language_patched_once_per_launch(interpreter) -> None:
     patch_once.lean = True
     interpreter._patch_lang = patch_once
     executor.__call__ = run_launch
+
+
+def _numpy_dtypes_kept(interpreter) -> None:
+    """``_get_np_dtype`` answered once per Triton dtype: Triton's builds its table of numpy dtypes on every call and
+    reads it by the dtype (by the element type of a block), so its answer depends on nothing else. A dtype that
+    cannot be a dictionary key is answered by Triton's own, every time."""
+    original = getattr(interpreter, "_get_np_dtype", None)
+    block_type = getattr(getattr(interpreter, "tl", None), "block_type", None)
+    if original is None or block_type is None or getattr(original, "lean", False):
+        return
+    kept: dict = {}
+
+    def numpy_dtype(tt_dtype):
+        key = tt_dtype.element_ty if isinstance(tt_dtype, block_type) else tt_dtype
+        try:
+            found = kept.get(key)
+        except TypeError:  # unhashable
+            return original(tt_dtype)
+        if found is None:
+            found = kept[key] = original(key)
+        return found
+
+    numpy_dtype.lean = True
+    interpreter._get_np_dtype = numpy_dtype

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from conv_core.aot import compile_all, compile_failure, distinct, report
+from conv_core.testing.aot import compile_all, compile_failure, distinct, report
 from conv_core.kit.declines import interpreting
 from conv_rdna import api as rdna_api
 from conv_rdna.api import REGISTRY, Job, representative_problem

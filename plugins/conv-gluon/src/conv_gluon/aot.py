@@ -49,11 +49,11 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from conv_core.aot import compile_all, compile_failure, distinct, ptxas_stats, report
+from conv_core.testing.aot import compile_all, compile_failure, distinct, ptxas_stats, report
 from conv_core.arch import spec
 from conv_core.problem import ConvProblem
 
-from . import configs, plans, specialization, sweep, tiling
+from . import configs, launch, plans, specialization, sweep, tiling
 from .registry import REGISTRY
 
 TARGET = "sm_90"
@@ -289,13 +289,14 @@ def _kernel_and_specialization(job: Job) -> tuple[object, tuple[dict, dict, dict
     if job.mode == SUM_MODE:
         return sum_splits, specialization.sum_specialization(p, sum_splits), dict(num_warps=p.reduce.num_warps), p
     kernel = conv_bwd_weight if isinstance(p, plans.WeightGradPlan) else conv_fwd
-    spec_ = specialization.plan_specialization(p, kernel, specialization.role_dtypes(problem, p), descriptors.signature)
+    spec_ = specialization.plan_specialization(p, kernel, launch.role_dtypes(problem, p), descriptors.signature)
     return kernel, spec_, dict(num_warps=p.num_warps, maxnreg=p.maxnreg), p
 
 
 def specialization_key(job: Job) -> tuple:
     """What one compile of ``job`` produces depends on: the kernel, its specialization and options. Jobs with
-    the same key (two geometries the JIT specializes alike) are compiled once (:func:`conv_core.aot.distinct`)."""
+    the same key (two geometries the JIT specializes alike) are compiled once
+    (:func:`conv_core.testing.aot.distinct`)."""
     kernel, (signature, constexprs, attrs), options, _ = _kernel_and_specialization(job)
     return (kernel.__name__, tuple(signature.items()), tuple(sorted(constexprs.items())),
             tuple(sorted((k, repr(v)) for k, v in attrs.items())), tuple(sorted(options.items())))

@@ -27,7 +27,6 @@ from conv_core.layout import dense_strides, empty_strided_for, is_dense_in
 
 from . import weights
 from .plans import TMA_ALIGN, DataGradPlan, Plan, WeightGradPlan, forward, weight_grad
-from .specialization import role_dtypes
 
 LAYOUT = "channels_last"
 
@@ -64,6 +63,19 @@ def _on(device: torch.device):
 def _index(device: torch.device) -> int:
     return device.index if device.index is not None else torch._C._cuda_getDevice()
 
+
+
+def role_dtypes(problem: ConvProblem, plan: Plan | WeightGradPlan | None = None) -> dict[str, str]:
+    """Element dtype of each tensor argument of the forward kernel (for the data gradient: ``x`` and ``x_hi``
+    are ``dy``, ``y_ptr`` is ``dx``), or of the weight-gradient kernel (``out_ptr``: the float32 partials when
+    split)."""
+    a, b = problem.operand_dtypes
+    if problem.direction == "bwd_weight":
+        split = plan is not None and plan.split
+        out = "float32" if split else problem.result_dtype
+        return {"dy_desc": b, "x": a, "out_ptr": out, "out_desc": out}
+    return {"x": a, "x_hi": a, "w_desc": b, "bias_ptr": problem.result_dtype, "y_ptr": problem.result_dtype,
+            "y_desc": problem.result_dtype}
 
 class _Run:
     """What every run shares: the problem, its plan, the result's layout, the sites per device."""

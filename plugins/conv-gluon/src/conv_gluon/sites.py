@@ -33,7 +33,7 @@ def persistent_site(launch: Launch, dtypes: dict[str, str], sms: int) -> LaunchS
 
 def forward_site(plan: Plan, dtypes: dict[str, str], sms: int) -> LaunchSite:
     """The forward kernel's launch of ``plan`` (a forward, or a data-gradient phase) on a GPU of ``sms`` SMs;
-    ``dtypes``: its tensor parameters' (``specialization.role_dtypes``). Without a descriptor map, ``x``,
+    ``dtypes``: its tensor parameters' (``launch.role_dtypes``). Without a descriptor map, ``x``,
     ``x_hi`` and ``y_desc`` take plain tensors (the kernel reads them as pointers, or not at all)."""
     return persistent_site(plan.launch, dtypes, sms)
 

@@ -12,26 +12,12 @@ imports no Gluon.
 
 from __future__ import annotations
 
-from conv_core.aot import specialize
-from conv_core.problem import ConvProblem
+from conv_core.testing.aot import specialize
 
 from .plans import Plan, TensorMap, WeightGradPlan
 
 #: Triton's names of the pointer element types.
 TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-
-
-def role_dtypes(problem: ConvProblem, plan: Plan | WeightGradPlan | None = None) -> dict[str, str]:
-    """Element dtype of each tensor argument of the forward kernel (for the data gradient: ``x`` and ``x_hi``
-    are ``dy``, ``y_ptr`` is ``dx``), or of the weight-gradient kernel (``out_ptr``: the float32 partials when
-    split)."""
-    a, b = problem.operand_dtypes
-    if problem.direction == "bwd_weight":
-        split = plan is not None and plan.split
-        out = "float32" if split else problem.result_dtype
-        return {"dy_desc": b, "x": a, "out_ptr": out, "out_desc": out}
-    return {"x": a, "x_hi": a, "w_desc": b, "bias_ptr": problem.result_dtype, "y_ptr": problem.result_dtype,
-            "y_desc": problem.result_dtype}
 
 
 def unspecialized(kernel) -> frozenset[str]:

@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from conv_core.aot import compile_all, compile_failure, distinct, ptxas_stats, report
+from conv_core.testing.aot import compile_all, compile_failure, distinct, ptxas_stats, report
 from conv_core.arch import spec
 from conv_core.kit.declines import interpreting
 from conv_core.kit.launch import Launch

@@ -10,7 +10,7 @@ check that a new batch or image size gives no new key.
 
 from __future__ import annotations
 
-from conv_core.aot import specialize
+from conv_core.testing.aot import specialize
 from conv_core.kit.launch import Launch
 from conv_core.problem import ConvProblem
 
@@ -33,7 +33,7 @@ def role_dtypes(problem: ConvProblem) -> dict[str, str]:
 
 def of_launch(launch: Launch, dtypes: dict[str, str]) -> tuple[dict, dict, dict]:
     """``(signature, constexprs, attrs)`` for ``triton.compile(ASTSource(...))``, as Triton's JIT specializes
-    this launch (:func:`conv_core.aot.specialize`; every pointer 16-byte aligned, as torch allocates)."""
+    this launch (:func:`conv_core.testing.aot.specialize`; every pointer 16-byte aligned, as torch allocates)."""
     pointers = {name: ("*" + TRITON_DTYPE[dtypes[role]], True) for name, role in launch.pointers}
     return specialize(launch.kernel.arg_names, pointers, dict(launch.scalars), dict(launch.constexprs),
                       unspecialized(launch.kernel))

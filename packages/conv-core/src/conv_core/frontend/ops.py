@@ -28,7 +28,7 @@ from .. import activations
 from .call import ConvArgs, check_call, needs_grad
 from .call_cache import TracedKey, calls
 from .dispatch import call_backward_ops, op_args, op_operands, transposed_op_args
-from ..layout import detect_layout, empty_strided_for
+from ..layout import detect_layout, empty_strided_for, is_dense_in, to_layout
 from ..problem import ConvProblem, torch_dtype
 from .transposed import TransposedArgs
 from .transposed_route import CONV_TRANSPOSE, build_transposed_route
@@ -192,9 +192,24 @@ def _plugin_wins(args: ConvArgs, input: torch.Tensor, weight: torch.Tensor, bias
     return _route_wins(args, input, weight, bias, route_of)
 
 
+def _in_weight_layout(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``input`` in its weight's layout, where the weight is dense in one layout only and the input is not: a
+    traced graph may hand a plugin its input in the other layout (a group norm's decomposition gives
+    channels-first), and the plugin would then copy the weight on every call and run its channels-first kernels.
+    In the graph the copy is Inductor's to fuse into the kernel that makes the input."""
+    if not all(type(v) is int for v in (*input.shape, *input.stride())):
+        return input
+    for layout, other in (("channels_last", "channels_first"), ("channels_first", "channels_last")):
+        if is_dense_in(weight, layout) and not is_dense_in(weight, other) and not is_dense_in(input, layout):
+            return to_layout(input, layout)
+    return input
+
+
 def _conv(input, weight, bias, stride, padding, dilation, groups, activation, out_dtype, backend):
     args = op_args(stride, padding, dilation, groups, activation, out_dtype, backend)
-    if _plugin_wins(args, input, weight, bias):
+    relaid = _in_weight_layout(input, weight)
+    if _plugin_wins(args, relaid, weight, bias):
+        input = relaid
         # The opaque op's backward reads the activation's derivative off its output (relu, relu6 only).
         fusable = activation in activations.DERIVATIVE_FROM_OUTPUT or not needs_grad(input, weight, bias)
         fused = activation if fusable else ""

@@ -30,12 +30,19 @@ from ..engine import ANY_BACKEND, NoCandidateError, get_engine
 from ..problem import ConvProblem, dtype_name, torch_dtype
 from ..layout import detect_layout, is_dense_in, to_layout
 from ..ranking import ATEN_HOST_US, GRAD_ROUTE_US, MARGIN, PLUGIN_HOST_US, Ranking, is_measured
+from ..weight_cache import DerivedWeightCache
 
 log = logging.getLogger("conv_core")
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 _warned_fallbacks: set[tuple[str, str]] = set()
+
+#: Weights copied into their route's layout (a model whose inputs are channels-last and weights not, or a compiled
+#: graph that hands a kernel its input in the other layout), once per weight and version rather than on every
+#: call: a plugin's own derived weights (Winograd's transform, a packed matrix), keyed on the tensor they are
+#: given, are then kept too.
+WEIGHTS_IN_LAYOUT = DerivedWeightCache(1024, 1 << 30)
 
 
 class Route:
@@ -74,7 +81,7 @@ class Route:
         if not self.x_dense:
             x = to_layout(x, layout)
         if not is_dense_in(w, layout):
-            w = to_layout(w, layout)
+            w = WEIGHTS_IN_LAYOUT.get(w, lambda: to_layout(w, layout), form=layout)
         return self.engine.execute(self.ranking, (x, w, bias))
 
 

@@ -4,7 +4,8 @@
 - :func:`run_conformance`: the same checks in plain Python, returning a :class:`Report`
   (what ``conv-core check`` runs);
 - :func:`check_candidate`, :func:`check_noncontiguous`, :func:`check_metadata`: single checks;
-- :func:`edge_problems`, :func:`random_problems`: the problems they run on.
+- :func:`edge_problems`, :func:`random_problems`: the problems they run on;
+- :mod:`.aot`: what the Triton backends' ahead-of-time compile checks share (CI runs them, a model never does).
 
 Names are imported on first use, so that loading the pytest plugin (which every
 pytest run in an environment with conv-core does) costs nothing more.

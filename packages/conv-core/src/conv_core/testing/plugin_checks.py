@@ -15,7 +15,7 @@ import torch
 
 from conv_core_pytest import COMPILE_RUN
 
-from ..aot import compile_in_subprocess
+from .aot import compile_in_subprocess
 from ..candidate import Declined
 
 
@@ -39,7 +39,7 @@ def assert_launch_site_matches_jit(candidate, operands: Sequence[torch.Tensor], 
 def compile_check_tests(module: str, jobs: Sequence, problems_of: Callable[[dict], list[str]],
                         seconds_per_job: float, floor_s: float) -> tuple[Callable, Callable]:
     """``(compiled, test_compiles_cleanly)`` for a plugin's compile-check test module: the module fixture
-    that runs ``python -m <module>`` once (:func:`conv_core.aot.compile_in_subprocess`, at least ``floor_s``
+    that runs ``python -m <module>`` once (:func:`conv_core.testing.aot.compile_in_subprocess`, at least ``floor_s``
     seconds, ``seconds_per_job`` a job), and one test per job whose result must show no problem. Every test that
     uses the fixture, these and the module's own, is marked ``compile`` (``pytest -m "not compile"`` leaves the
     whole compile run out)."""
