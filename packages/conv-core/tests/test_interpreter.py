@@ -4,6 +4,7 @@ conv-rdna's test_launch_paths.py checks the real one gives the same bits with an
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 
 from conv_core import interpreter
@@ -162,3 +163,59 @@ def test_a_helper_module_gaining_names_is_looked_at_again():
     helper.__globals__["core"] = fake.tl.core  # the same globals, one name more
     fake.GridExecutor(kernel, [helper])()
     assert fake.patched == ["tl", "tl", "tl.core"]
+
+
+def fake_core(extra_field: bool = False):
+    """``triton.language.core``'s tensor, block type and constexpr, shaped as Triton 3.6's; a count of the shapes
+    the tensor's ``__init__`` built."""
+    core = types.SimpleNamespace(float32="fp32", built=[])
+
+    class Constexpr:
+        def __init__(self, value):
+            self.value = value
+
+    class BlockType:
+        def __init__(self, scalar, shape):
+            self.scalar, self.shape = scalar, list(shape)
+
+        def is_block(self):
+            return True
+
+    class Tensor:
+        def __init__(self, handle, type_):
+            self.handle, self.type, self.dtype = handle, type_, type_.scalar
+            self.shape = tuple(Constexpr(s) for s in type_.shape)
+            self.numel = Constexpr(math.prod(type_.shape))
+            core.built.append(tuple(type_.shape))
+            if extra_field:
+                self.name = "x"
+
+    core.tensor, core.block_type, core.constexpr = Tensor, BlockType, Constexpr
+    return core
+
+
+def test_tensors_of_one_shape_share_their_shape_and_numel():
+    core = fake_core()
+    interpreter._tensor_shapes_kept(core)
+    core.built.clear()
+    a, b = core.tensor("h1", core.block_type("fp16", [4, 8])), core.tensor("h2", core.block_type("fp32", [4, 8]))
+    c = core.tensor("h3", core.block_type("fp16", [2, 8]))
+    assert (a.handle, a.dtype, b.handle, b.dtype) == ("h1", "fp16", "h2", "fp32")
+    assert a.shape is b.shape and a.numel is b.numel and [s.value for s in a.shape] == [4, 8] and a.numel.value == 32
+    assert [s.value for s in c.shape] == [2, 8] and c.numel.value == 16
+    assert core.built == [(4, 8), (2, 8)]  # each shape built once
+
+
+def test_a_tensor_with_other_fields_is_left_as_triton_makes_it():
+    core = fake_core(extra_field=True)
+    shipped = core.tensor.__init__
+    interpreter._tensor_shapes_kept(core)
+    assert core.tensor.__init__ is shipped
+
+
+def test_tensor_shapes_are_kept_by_one_wrapping():
+    core = fake_core()
+    interpreter._tensor_shapes_kept(core)
+    wrapped = core.tensor.__init__
+    interpreter._tensor_shapes_kept(core)
+    assert core.tensor.__init__ is wrapped

@@ -11,11 +11,12 @@ were most of its time on conv-rdna's kernels (a weight-gradient case: 56 s as Tr
   interpreted builtins the launch already installed (a millisecond a call: ``inspect.getmembers`` over the
   language's modules).
 
-And one is a pure function it recomputes: the numpy dtype of a Triton dtype (``_get_np_dtype``, which builds a
-dictionary of 19 numpy dtypes on each of its calls, several per interpreted operation: 5% of conv-rdna's
-conformance run), kept here per dtype.
+And two are pure functions it recomputes for every value an interpreted operation makes: the numpy dtype of a
+Triton dtype (``_get_np_dtype`` builds a dictionary of 19 numpy dtypes on each call: 5% of conv-rdna's
+conformance run), and a tensor's ``shape`` and ``numel`` (a ``tl.tuple`` of ``constexpr`` values whose type spells
+out its name: a quarter of that run), both kept here, per dtype and per shape.
 
-:func:`lean_interpreter` takes all three out for the process, once, where the interpreter is built as in Triton
+:func:`lean_interpreter` takes all four out for the process, once, where the interpreter is built as in Triton
 3.6 to 3.9; on any other it changes nothing. ``CONV_CORE_LEAN_INTERPRETER=0`` leaves the interpreter as Triton
 ships it (to rule this module out). Nothing here imports Triton until an interpreted launch asks.
 """
@@ -42,6 +43,7 @@ def lean_interpreter() -> None:
     _without_overflow_checks(interpreter)
     _language_patched_once_per_launch(interpreter)
     _numpy_dtypes_kept(interpreter)
+    _tensor_shapes_kept(getattr(getattr(interpreter, "tl", None), "core", None))
 
 
 def _without_overflow_checks(interpreter) -> None:
@@ -122,3 +124,38 @@ def _numpy_dtypes_kept(interpreter) -> None:
 
     numpy_dtype.lean = True
     interpreter._get_np_dtype = numpy_dtype
+
+
+#: What Triton's ``tensor.__init__`` sets (3.6 to 3.9); one that sets anything else is left as it is.
+TENSOR_FIELDS = frozenset({"handle", "shape", "numel", "type", "dtype"})
+
+
+def _tensor_shapes_kept(core) -> None:
+    """``tl.tensor``'s ``shape`` and ``numel`` made once per shape and shared by the tensors of that shape (both
+    are read, never changed), where Triton's ``__init__`` sets exactly :data:`TENSOR_FIELDS`, its shape read off
+    the type."""
+    tensor, block_type, constexpr = (getattr(core, name, None) for name in ("tensor", "block_type", "constexpr"))
+    if tensor is None or block_type is None or constexpr is None or getattr(tensor.__init__, "lean", False):
+        return
+    shipped, kept = tensor.__init__, {}
+
+    def made(handle, type_):
+        value = object.__new__(tensor)
+        shipped(value, handle, type_)
+        return value
+
+    sample = made(None, block_type(core.float32, [2, 4]))
+    if set(vars(sample)) != TENSOR_FIELDS or [s.value for s in sample.shape] != [2, 4] or sample.numel.value != 8:
+        return
+
+    def lean_init(self, handle, type_):
+        shape = tuple(type_.shape) if type_.is_block() else ()
+        found = kept.get(shape)
+        if found is None:
+            value = made(handle, type_)
+            found = kept[shape] = (value.shape, value.numel)
+        self.handle, self.type, self.dtype = handle, type_, type_.scalar
+        self.shape, self.numel = found
+
+    lean_init.lean = True
+    tensor.__init__ = lean_init
