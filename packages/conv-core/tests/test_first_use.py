@@ -2,6 +2,7 @@
 instead of timing again; concurrent writers lose nothing; a damaged file, a new scope, an unwritable folder or
 the store turned off never break a ranking."""
 
+import contextlib
 import json
 import logging
 import subprocess
@@ -406,3 +407,62 @@ def test_first_use_times_only_the_best_estimated_candidates_that_could_win(tmp_p
 
     again = make_engine(store, one, two, trust_estimates=False).ranking(PROBLEM, CPU)
     assert len(timed_ids) == 4 and order(again) == order(ranking)  # replayed, nothing timed again
+
+
+# ---- first runs side by side ---------------------------------------------------------------------------------------
+
+
+def test_the_plugins_worth_timing_are_first_run_together_before_they_are_timed(tmp_path, monkeypatch):
+    """Exactly the candidates first use will time, aten aside, get their first (compiling) runs together, on the
+    problem's device, before any of them is timed; a replay from the store runs none."""
+    events = []
+
+    def fake_median(fn, device, warmup, reps):
+        events.append("timed")
+        return 100.0
+
+    def together(runs, device):
+        events.append(("first runs", len(runs), device))
+        for run in runs:
+            run()
+
+    monkeypatch.setattr(engine_module, "median_us", fake_median)
+    monkeypatch.setattr(engine_module, "first_runs_together", together)
+    one = Several("one", [30.0, 10.0, 20.0, 1e9])
+    store = tmp_path / "first-use"
+    make_engine(store, one, trust_estimates=False).ranking(PROBLEM, CPU)
+    assert events == ["timed", ("first runs", 2, CPU), "timed", "timed"]  # aten, then one's two best
+    make_engine(store, one, trust_estimates=False).ranking(PROBLEM, CPU)
+    assert len(events) == 4
+
+
+def test_first_runs_happen_side_by_side_and_a_failure_stops_none(monkeypatch):
+    from conv_core import timing
+
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: 4)  # one thread per run at most, whatever runs the test
+
+    met, scopes = [], []
+    both = threading.Barrier(2)
+
+    def meeting():
+        both.wait(timeout=10)  # only returns if the other run is under way at the same time
+        met.append(threading.get_ident())
+
+    def broken():
+        raise RuntimeError("kernel exploded")
+
+    @contextlib.contextmanager
+    def scope():
+        scopes.append("in")
+        yield
+
+    timing.together([meeting, broken, meeting], scope)
+    assert len(met) == 2 and len(set(met)) == 2 and scopes == ["in"] * 3
+
+
+def test_first_runs_are_left_to_the_timing_on_the_cpu():
+    from conv_core import timing
+
+    ran = []
+    timing.first_runs_together([lambda: ran.append(1), lambda: ran.append(2)], CPU)
+    assert ran == []

@@ -34,7 +34,7 @@ from .problem import ConvProblem
 from .ranking import BASELINE_BACKEND, Ranked, Ranking, measured_time, nondeterministic, rank, worth_timing
 from .reference import random_operands
 from .settings import Settings
-from .timing import is_capturing, median_us
+from .timing import first_runs_together, is_capturing, median_us
 from .tuning import Timings
 
 log = logging.getLogger("conv_core")
@@ -220,15 +220,20 @@ class Engine:
                 transient = transient or is_transient(exc)
                 return None, f"{type(exc).__name__}: {exc}"
 
-        times, failed = self._time_in_turn(candidates, known or {}, timed)
+        def first_runs(plugins: list[Candidate]) -> None:
+            first_runs_together([functools.partial(c.run, *operands) for c in plugins], device)
+
+        times, failed = self._time_in_turn(candidates, known or {}, timed, first_runs)
         return times, failed, transient
 
     def _time_in_turn(self, candidates: list[Candidate], known: dict[str, float],
                       measure: Callable[[Candidate], tuple[float | None, str | None]],
+                      before_plugins: Callable[[list[Candidate]], None] | None = None,
                       ) -> tuple[dict[str, float], dict[str, str]]:
         """(times, failures) of the candidates first use times, each from ``measure`` (its time, or why it
         failed): aten first, then the plugin candidates that could still win against aten's time (timed now or
-        in ``known``; :func:`conv_core.ranking.worth_timing`), or all of them when estimates are trusted."""
+        in ``known``; :func:`conv_core.ranking.worth_timing`), or all of them when estimates are trusted; those
+        go to ``before_plugins`` first (their first runs, in parallel: :func:`conv_core.timing.first_runs_together`)."""
         times: dict[str, float] = {}
         failed: dict[str, str] = {}
 
@@ -245,6 +250,8 @@ class Engine:
                 take(c)
         if not self.settings.trust_estimates:
             plugins = worth_timing(plugins, times.get(BASELINE_KERNEL, known.get(BASELINE_KERNEL)))
+        if before_plugins is not None:
+            before_plugins(plugins)
         for c in plugins:
             take(c)
         return times, failed

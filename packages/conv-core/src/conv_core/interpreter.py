@@ -11,10 +11,8 @@ were most of its time on conv-rdna's kernels (a weight-gradient case: 56 s as Tr
   interpreted builtins the launch already installed (a millisecond a call: ``inspect.getmembers`` over the
   language's modules).
 
-And two are pure functions it recomputes for every value an interpreted operation makes: the numpy dtype of a
-Triton dtype (``_get_np_dtype`` builds a dictionary of 19 numpy dtypes on each call: 5% of conv-rdna's
-conformance run), and a tensor's ``shape`` and ``numel`` (a ``tl.tuple`` of ``constexpr`` values whose type spells
-out its name: a quarter of that run), both kept here, per dtype and per shape.
+Two more it recomputes for every value an operation makes, kept here instead: a Triton dtype's numpy dtype
+(5% of conv-rdna's conformance run) and a tensor's ``shape`` and ``numel`` (a ``tl.tuple``: a quarter of it).
 
 :func:`lean_interpreter` takes all four out for the process, once, where the interpreter is built as in Triton
 3.6 to 3.9; on any other it changes nothing. ``CONV_CORE_LEAN_INTERPRETER=0`` leaves the interpreter as Triton
@@ -66,8 +64,7 @@ def _language_patched_once_per_launch(interpreter) -> None:
         return
     languages = (tl, tl.core)
     launch = {"running": False, "patched": frozenset()}  # the modules patched since the running launch began
-    #: id and size of a function's globals -> (the globals, kept so that the id stays theirs; the language
-    #: modules among them): a kernel calls its helpers thousands of times, and their module's globals stay put
+    #: id and size of a function's globals -> (those globals, so that the id stays theirs; the language modules)
     found: dict[tuple[int, int], tuple[dict, frozenset[int]]] = {}
 
     def modules(fn) -> frozenset[int]:
@@ -103,9 +100,8 @@ def _language_patched_once_per_launch(interpreter) -> None:
 
 
 def _numpy_dtypes_kept(interpreter) -> None:
-    """``_get_np_dtype`` answered once per Triton dtype: Triton's builds its table of numpy dtypes on every call and
-    reads it by the dtype (by the element type of a block), so its answer depends on nothing else. A dtype that
-    cannot be a dictionary key is answered by Triton's own, every time."""
+    """``_get_np_dtype`` answered once per Triton dtype (a block's: its element type's), as Triton's answer depends
+    on nothing else; a dtype that cannot be a dictionary key is answered by Triton's own, every time."""
     original = getattr(interpreter, "_get_np_dtype", None)
     block_type = getattr(getattr(interpreter, "tl", None), "block_type", None)
     if original is None or block_type is None or getattr(original, "lean", False):
@@ -131,11 +127,10 @@ TENSOR_FIELDS = frozenset({"handle", "shape", "numel", "type", "dtype"})
 
 
 def _tensor_shapes_kept(core) -> None:
-    """``tl.tensor``'s ``shape`` and ``numel`` made once per shape and shared by the tensors of that shape (both
-    are read, never changed), where Triton's ``__init__`` sets exactly :data:`TENSOR_FIELDS`, its shape read off
-    the type."""
-    tensor, block_type, constexpr = (getattr(core, name, None) for name in ("tensor", "block_type", "constexpr"))
-    if tensor is None or block_type is None or constexpr is None or getattr(tensor.__init__, "lean", False):
+    """``tl.tensor``'s ``shape`` and ``numel`` made once per shape and shared (both are only read), where Triton's
+    ``__init__`` sets exactly :data:`TENSOR_FIELDS`, its shape read off the type."""
+    tensor, block_type = getattr(core, "tensor", None), getattr(core, "block_type", None)
+    if tensor is None or block_type is None or getattr(tensor.__init__, "lean", False):
         return
     shipped, kept = tensor.__init__, {}
 

@@ -193,10 +193,9 @@ def _plugin_wins(args: ConvArgs, input: torch.Tensor, weight: torch.Tensor, bias
 
 
 def _in_weight_layout(input: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``input`` in its weight's layout, where the weight is dense in one layout only and the input is not: a
-    traced graph may hand a plugin its input in the other layout (a group norm's decomposition gives
-    channels-first), and the plugin would then copy the weight on every call and run its channels-first kernels.
-    In the graph the copy is Inductor's to fuse into the kernel that makes the input."""
+    """``input`` in its weight's layout, where the weight is dense in one layout only and the input is not: a traced
+    graph may hand a plugin its input in the other layout (SD-VAE's decoder's did), and the plugin would copy the
+    weight on every call; in the graph the copy is Inductor's to fuse into the kernel that makes the input."""
     if not all(type(v) is int for v in (*input.shape, *input.stride())):
         return input
     for layout, other in (("channels_last", "channels_first"), ("channels_first", "channels_last")):

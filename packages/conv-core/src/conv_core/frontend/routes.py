@@ -38,10 +38,8 @@ CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 _warned_fallbacks: set[tuple[str, str]] = set()
 
-#: Weights copied into their route's layout (a model whose inputs are channels-last and weights not, or a compiled
-#: graph that hands a kernel its input in the other layout), once per weight and version rather than on every
-#: call: a plugin's own derived weights (Winograd's transform, a packed matrix), keyed on the tensor they are
-#: given, are then kept too.
+#: Weights copied into their route's layout once per weight and version, not on every call (channels-last inputs,
+#: weights not): a plugin's own derived weights (Winograd's), keyed on the tensor they get, are then kept too.
 WEIGHTS_IN_LAYOUT = DerivedWeightCache(1024, 1 << 30)
 
 
