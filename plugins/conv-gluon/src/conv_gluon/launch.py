@@ -64,7 +64,6 @@ def _index(device: torch.device) -> int:
     return device.index if device.index is not None else torch._C._cuda_getDevice()
 
 
-
 def role_dtypes(problem: ConvProblem, plan: Plan | WeightGradPlan | None = None) -> dict[str, str]:
     """Element dtype of each tensor argument of the forward kernel (for the data gradient: ``x`` and ``x_hi``
     are ``dy``, ``y_ptr`` is ``dx``), or of the weight-gradient kernel (``out_ptr``: the float32 partials when
@@ -76,6 +75,7 @@ def role_dtypes(problem: ConvProblem, plan: Plan | WeightGradPlan | None = None)
         return {"dy_desc": b, "x": a, "out_ptr": out, "out_desc": out}
     return {"x": a, "x_hi": a, "w_desc": b, "bias_ptr": problem.result_dtype, "y_ptr": problem.result_dtype,
             "y_desc": problem.result_dtype}
+
 
 class _Run:
     """What every run shares: the problem, its plan, the result's layout, the sites per device."""
