@@ -5,9 +5,10 @@
 Each variant (plain, conv, fused) is prepared as the real-model benchmark prepares its ``compile`` mode, then
 timed (wall time per step, synchronised at the end and after each step) and profiled over ``--steps`` steps:
 the graphs Dynamo made, Triton's launch hooks, the Python functions that take the host time (cProfile), the GPU
-kernels by total time and the host time per step, and the garbage collector's passes and time during the timed
-steps (its full passes cost more the more objects the process holds, which grows with each compiled variant). Plain
-PyTorch runs with ``cudnn.benchmark = True``.
+kernels by total time and the host time per step; also the garbage collector's passes during the timed steps, the
+host's operators by own time (the profiler's CPU side: what cProfile cannot see into) and how the engine's routes
+receive their operands (each dense in the route's layout or not). Plain PyTorch runs with
+``cudnn.benchmark = True``. ``--profile-sort cumulative --profile-only conv_`` narrows the cProfile view.
 """
 
 from __future__ import annotations
