@@ -32,7 +32,8 @@ from ..layout import detect_layout, empty_strided_for, is_dense_in, to_layout
 from ..problem import ConvProblem, torch_dtype
 from .transposed import TransposedArgs
 from .transposed_route import CONV_TRANSPOSE, build_transposed_route
-from .routes import CONV, backward_data, backward_weight, bias_grad, build_route, forward, pre_activation_grad
+from .routes import (CONV, backward_data, backward_weight, bias_grad, build_route, forward, pays_when_traced,
+                     pre_activation_grad)
 
 
 def _shape_problem(args: ConvArgs, input_shape, weight_shape, dtype, layout: str, direction: str) -> ConvProblem:
@@ -166,8 +167,9 @@ _lib.define("conv(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[]
 
 
 def _route_wins(args, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, route_of) -> bool:
-    """Whether the eager path would run a plugin kernel for this layer (in some direction it needs), decided once
-    per signature from ``route_of(needs_grad)`` (a route, never timed) and kept in the engine's traced cache."""
+    """Whether the eager path would run a plugin kernel for this layer (in some direction it needs) and that kernel
+    pays for its opaque op's host time (:func:`~conv_core.frontend.routes.pays_when_traced`), decided once per
+    signature from ``route_of(needs_grad)`` (a route, never timed) and kept in the engine's traced cache."""
     sizes = (*input.shape, *input.stride(), *weight.shape)
     if not all(type(v) is int for v in sizes):  # symbolic: no ranking can speak for every size
         return False
@@ -179,7 +181,8 @@ def _route_wins(args, input: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     traced = calls().traced
     wins = traced.get(key)
     if wins is None:
-        wins = traced[key] = not route_of(grad).direct
+        route = route_of(grad)
+        wins = traced[key] = not route.direct and pays_when_traced(route)
     return wins
 
 

@@ -29,7 +29,7 @@ from .call_cache import BackwardKey, OpKey, calls
 from ..engine import ANY_BACKEND, NoCandidateError, get_engine
 from ..problem import ConvProblem, dtype_name, torch_dtype
 from ..layout import detect_layout, is_dense_in, to_layout
-from ..ranking import ATEN_HOST_US, GRAD_ROUTE_US, MARGIN, PLUGIN_HOST_US, Ranking, is_measured
+from ..ranking import ATEN_HOST_US, GRAD_ROUTE_US, MARGIN, PLUGIN_HOST_US, TRACED_PLUGIN_HOST_US, Ranking, is_measured
 from ..weight_cache import DerivedWeightCache
 
 log = logging.getLogger("conv_core")
@@ -105,6 +105,20 @@ def aten_route_wins(rankings) -> bool:
     route = max(sum(r.us for r in best), host) + GRAD_ROUTE_US
     direct = max(sum(a.us for a in aten), ATEN_HOST_US * len(aten))
     return route * MARGIN > direct
+
+
+def pays_when_traced(route) -> bool:
+    """Whether a route that runs a plugin kernel in some direction still gains in a compiled graph: in one of its
+    directions the plugin, counted as at least :data:`~conv_core.ranking.TRACED_PLUGIN_HOST_US` (its opaque op's host
+    time), beats aten by :data:`MARGIN` (or aten cannot run it). Elsewhere Inductor's own convolution is faster."""
+    for ranking in (route.ranking, *route.backward.values()):
+        best = ranking.best
+        if "direct" in best.candidate.tags:
+            continue
+        aten = next((r for r in ranking.ranked if "direct" in r.candidate.tags), None)
+        if aten is None or max(best.us, TRACED_PLUGIN_HOST_US) * MARGIN <= max(aten.us, ATEN_HOST_US):
+            return True
+    return False
 
 
 def compact(values: tuple[int, ...] | None):

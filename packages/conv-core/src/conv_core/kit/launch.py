@@ -23,9 +23,6 @@ import torch
 from ..launch_site import LaunchSite
 from ..problem import torch_dtype
 
-#: The roles a backend binds on every run: the operands, the bias, the result and the float32 scratch.
-ROLES = ("a", "b", "bias", "out", "workspace")
-
 
 @dataclass(frozen=True)
 class Launch:
