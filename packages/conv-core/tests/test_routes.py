@@ -254,7 +254,7 @@ def test_compiled_model_runs_a_proven_plugin_kernel_as_an_opaque_op(monkeypatch)
     model = conv_core.convert(Tiny().eval())
     x = torch.randn(2, 4, 7, 6)
     prove_faster(engine, [problem_of_tensors(x, model.conv1.weight, model.conv1.bias, padding=1)],
-                 ["counting:k:c"], aten_us=1000.0)
+                 ["counting:k:c"], aten_us=2000.0)
     with torch.no_grad():
         targets = _aten_targets(model, x)
     assert "conv_core.convolution.default" in targets  # conv1: the plugin kernel
@@ -263,7 +263,7 @@ def test_compiled_model_runs_a_proven_plugin_kernel_as_an_opaque_op(monkeypatch)
 
 
 def test_a_plugin_win_smaller_than_its_opaque_ops_host_time_stays_inductors_when_compiled(monkeypatch):
-    """A plugin 99 us faster runs in eager, but in a compiled graph its op would cost ~200 us of host time."""
+    """A plugin 99 us faster runs in eager, but in a compiled graph its op would cost more than that."""
     backend = Counting()
     engine = use_backends(monkeypatch, counting=backend)
     model = conv_core.convert(Tiny().eval())
@@ -361,7 +361,7 @@ def test_a_traced_plugin_call_takes_its_weights_layout(monkeypatch):
     x = torch.randn(2, 4, 7, 6)
     x_last = x.to(memory_format=torch.channels_last)
     prove_faster(engine, [problem_of_tensors(x_last, model.conv1.weight, model.conv1.bias, padding=1)],
-                 ["counting:k:c"], aten_us=1000.0)
+                 ["counting:k:c"], aten_us=2000.0)
     with torch.no_grad():
         targets = _aten_targets(model, x)
     assert "conv_core.convolution.default" in targets
