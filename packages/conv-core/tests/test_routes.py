@@ -276,6 +276,10 @@ def test_a_plugin_win_smaller_than_its_opaque_ops_host_time_stays_inductors_when
         targets = _aten_targets(model, x)
     assert not any("conv_core" in t for t in targets) and "aten.convolution.default" in targets
 
+    model.conv1.backend = "counting"  # asked for by name: compiled as in eager
+    with torch.no_grad():
+        assert "conv_core.convolution.default" in _aten_targets(model, x)
+
 
 def test_a_fused_epilogue_is_ranked_on_the_bare_problems_measured_times(monkeypatch):
     engine = use_backends(monkeypatch, counting=Counting())

@@ -110,7 +110,8 @@ def aten_route_wins(rankings) -> bool:
 def pays_when_traced(route) -> bool:
     """Whether a route that runs a plugin kernel in some direction still gains in a compiled graph: in one of its
     directions the plugin, counted as at least :data:`~conv_core.ranking.TRACED_PLUGIN_HOST_US` (its opaque op's host
-    time), beats aten by :data:`MARGIN` (or aten cannot run it). Elsewhere Inductor's own convolution is faster."""
+    time), beats aten by :data:`MARGIN` (or aten cannot run it: so a backend asked for by name runs as in eager).
+    Elsewhere Inductor's own convolution is faster."""
     for ranking in (route.ranking, *route.backward.values()):
         best = ranking.best
         if "direct" in best.candidate.tags:
