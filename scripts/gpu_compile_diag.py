@@ -4,11 +4,11 @@
 
 Each variant (plain, conv, fused) is prepared as the real-model benchmark prepares its ``compile`` mode, then
 timed (wall time per step, synchronised at the end and after each step) and profiled over ``--steps`` steps:
-the graphs Dynamo made, Triton's launch hooks, the Python functions that take the host time (cProfile), the GPU
-kernels by total time and the host time per step; also the garbage collector's passes during the timed steps, the
-host's operators by own time (the profiler's CPU side: what cProfile cannot see into) and how the engine's routes
-receive their operands (each dense in the route's layout or not). Plain PyTorch runs with
-``cudnn.benchmark = True``. ``--profile-sort cumulative --profile-only conv_`` narrows the cProfile view.
+the graphs Dynamo made, the process's other threads and launch path (``gpu_eager_gap.process_state``), the Python
+functions that take the host time (cProfile), the GPU kernels by total time and the host time per step; also the
+garbage collector's passes during the timed steps, the host's operators by own time (the profiler's CPU side: what
+cProfile cannot see into) and how the engine's routes receive their operands (each dense in the route's layout or
+not). Plain PyTorch runs with ``cudnn.benchmark = True``. ``--profile-sort cumulative --profile-only conv_`` narrows the cProfile view.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from conv_core.problem import torch_dtype
 from conv_tools import bench_models
 from conv_tools.model_bench import ModelBenchConfig, cast_input, cudnn_benchmark, make_variants, weights_dtype
 from conv_tools.model_bench_modes import prepare
-from gpu_eager_gap import GcTimer
+from gpu_eager_gap import GcTimer, process_state
 
 
 def profile(runner, steps: int) -> tuple[float, list[tuple[str, int, float]]]:
@@ -113,14 +113,6 @@ def operand_layouts(runner) -> None:
         print(f"   > {count:4d} x {key}")
 
 
-def launch_hooks() -> str:
-    """Triton's launch hooks as they stand (a hook sends conv-core's launches through Triton's runner)."""
-    import triton
-
-    runtime = triton.knobs.runtime
-    return f"enter {runtime.launch_enter_hook!r}, exit {runtime.launch_exit_hook!r}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="resnet50")
@@ -144,7 +136,7 @@ def main() -> None:
                 timed = {sync: [wall(runner, 20, sync) for _ in range(5)] for sync in (False, True)}
             print(f"== {args.model} compile {name}: wall ms/step, sync at the end "
                   f"{sorted(timed[False])}, after each step {sorted(timed[True])}; graphs "
-                  f"{dict(torch._dynamo.utils.counters['stats'])}; {launch_hooks()}; collector passes (gen 0/1/2) "
+                  f"{dict(torch._dynamo.utils.counters['stats'])}; {process_state()}; collector passes (gen 0/1/2) "
                   f"{collector.passes} taking {sum(collector.ns) / 200 / 1e3:.1f} us/step, {len(gc.get_objects())} "
                   "tracked objects", flush=True)
             python_profile(runner, args.steps, args.profile_sort, args.profile_only)

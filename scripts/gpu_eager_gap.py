@@ -17,7 +17,8 @@ is slowed by the path around the kernels; one that loses wall but not host time,
 - ``memo_full`` / ``memo_shape``: ``native`` behind a per-module memo checking shape, strides, dtype and grad
   mode / the shape alone.
 
-Printed and written (``DIR/eager_gap.json``, ``DIR/eager_gap.txt``): medians of alternating rounds, then medians
+Printed and written (``DIR/eager_gap.json``, ``DIR/eager_gap.txt``): the process's other threads and launch path
+(:func:`process_state`), medians of alternating rounds, then medians
 of single steps taken one variant after the other (drift of the host's speed hits all alike), the same for plain
 and conv with the garbage collector off, how many convolution calls per step took conv-core's full way
 (``conv_core.functional.convolution``) rather than a module's memo, and one step of each under ``torch.profiler``:
@@ -356,6 +357,21 @@ def kernels(model, x):
     return counts, times
 
 
+def process_state() -> str:
+    """What could slow every host operation of a step alike: the Python threads alive beside the main one (a busy
+    one takes the interpreter lock whenever a Triton launch releases it), the interpreter's switch interval, and
+    whether Triton's launch hooks send conv-core's launches through Triton's own runner."""
+    import sys
+    import threading
+
+    from conv_core.launch_site import launch_hooked, triton_runtime
+
+    runtime = triton_runtime()
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    return (f"threads besides main: {others or 'none'}; switch interval {sys.getswitchinterval() * 1e3:.1f} ms; "
+            f"launches through Triton's runner: {runtime is not None and launch_hooked(runtime)}")
+
+
 def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
     spec, config = bench_models.get(name), ModelBenchConfig(model=name, modes=("eager",))
     base = bench_models.build(name).cuda()
@@ -396,6 +412,7 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
               "no_gc_host_ms": {k: statistics.median(v) for k, v in no_gc.items()}}
     first = len(report)
     report.append(f"==== {name} (batch {spec.default_batch}), {rounds} rounds x {steps} single steps")
+    report.append(f"process: {process_state()}")
     for label in models:
         h, w = statistics.median(host[label]), statistics.median(wall[label])
         report.append(f"  {label:10s} host {h:7.3f} ms ({min(host[label]):.3f}-{max(host[label]):.3f})  "
