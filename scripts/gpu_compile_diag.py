@@ -8,7 +8,8 @@ the graphs Dynamo made, the process's other threads and launch path (``gpu_eager
 functions that take the host time (cProfile), the GPU kernels by total time and the host time per step; also the
 garbage collector's passes during the timed steps, the host's operators by own time (the profiler's CPU side: what
 cProfile cannot see into) and how the engine's routes receive their operands (each dense in the route's layout or
-not). Plain PyTorch runs with ``cudnn.benchmark = True``. ``--profile-sort cumulative --profile-only conv_`` narrows the cProfile view.
+not). Plain PyTorch runs with ``cudnn.benchmark = True``. ``--profile-sort cumulative --profile-only conv_``
+narrows the cProfile view.
 """
 
 from __future__ import annotations
