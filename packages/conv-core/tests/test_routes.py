@@ -248,13 +248,19 @@ def test_compiled_converted_model_traces_whole_and_keeps_aten_convolutions(monke
     assert "aten.convolution.default" in targets and not any("conv_core" in t for t in targets)
 
 
-def test_compiled_model_runs_a_proven_plugin_kernel_as_an_opaque_op(monkeypatch):
+def _tiny_whose_first_layer_a_plugin_wins(monkeypatch, aten_us: float) -> tuple[Counting, nn.Module, torch.Tensor]:
+    """(the plugin, a converted Tiny, its input): the plugin measured at 1 us on conv1 where aten took ``aten_us``."""
     backend = Counting()
     engine = use_backends(monkeypatch, counting=backend)
     model = conv_core.convert(Tiny().eval())
     x = torch.randn(2, 4, 7, 6)
     prove_faster(engine, [problem_of_tensors(x, model.conv1.weight, model.conv1.bias, padding=1)],
-                 ["counting:k:c"], aten_us=2000.0)
+                 ["counting:k:c"], aten_us=aten_us, us=1.0)
+    return backend, model, x
+
+
+def test_compiled_model_runs_a_proven_plugin_kernel_as_an_opaque_op(monkeypatch):
+    backend, model, x = _tiny_whose_first_layer_a_plugin_wins(monkeypatch, aten_us=2000.0)
     with torch.no_grad():
         targets = _aten_targets(model, x)
     assert "conv_core.convolution.default" in targets  # conv1: the plugin kernel
@@ -264,12 +270,7 @@ def test_compiled_model_runs_a_proven_plugin_kernel_as_an_opaque_op(monkeypatch)
 
 def test_a_plugin_win_smaller_than_its_opaque_ops_host_time_stays_inductors_when_compiled(monkeypatch):
     """A plugin 99 us faster runs in eager, but in a compiled graph its op would cost more than that."""
-    backend = Counting()
-    engine = use_backends(monkeypatch, counting=backend)
-    model = conv_core.convert(Tiny().eval())
-    x = torch.randn(2, 4, 7, 6)
-    prove_faster(engine, [problem_of_tensors(x, model.conv1.weight, model.conv1.bias, padding=1)],
-                 ["counting:k:c"], aten_us=100.0, us=1.0)
+    backend, model, x = _tiny_whose_first_layer_a_plugin_wins(monkeypatch, aten_us=100.0)
     with torch.no_grad():
         model(x)
         assert "fwd" in backend.runs  # eager: the plugin
