@@ -29,7 +29,8 @@ from .call_cache import BackwardKey, OpKey, calls
 from ..engine import ANY_BACKEND, NoCandidateError, get_engine
 from ..problem import ConvProblem, dtype_name, torch_dtype
 from ..layout import detect_layout, is_dense_in, to_layout
-from ..ranking import ATEN_HOST_US, GRAD_ROUTE_US, MARGIN, PLUGIN_HOST_US, TRACED_PLUGIN_HOST_US, Ranking, is_measured
+from ..ranking import (ATEN_HOST_US, BASELINE_BACKEND, GRAD_ROUTE_US, MARGIN, PLUGIN_HOST_US, TRACED_PLUGIN_HOST_US,
+                       Ranking, is_measured)
 from ..weight_cache import DerivedWeightCache
 
 log = logging.getLogger("conv_core")
@@ -114,9 +115,9 @@ def pays_when_traced(route) -> bool:
     Elsewhere Inductor's own convolution is faster."""
     for ranking in (route.ranking, *route.backward.values()):
         best = ranking.best
-        if "direct" in best.candidate.tags:
+        if best.candidate.backend == BASELINE_BACKEND:
             continue
-        aten = next((r for r in ranking.ranked if "direct" in r.candidate.tags), None)
+        aten = next((r for r in ranking.ranked if r.candidate.backend == BASELINE_BACKEND), None)
         if aten is None or max(best.us, TRACED_PLUGIN_HOST_US) * MARGIN <= max(aten.us, ATEN_HOST_US):
             return True
     return False
