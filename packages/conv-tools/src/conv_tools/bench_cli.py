@@ -1,6 +1,6 @@
 """``conv-core bench``'s benchmarks beyond timing the candidates of layers::
 
-    conv-core bench --model NAME [--batch N --dtype bf16 --layout nhwc --modes eager,train,... --rounds 5
+    conv-core bench --model NAME [--batch N --dtype bf16 --layout nhwc --modes eager,train,... --rounds 11
                                   --iterations 4 --attribute --json PATH]
     conv-core bench --host [--device cpu --calls 100 --json PATH]
     conv-core bench --holdout [--models a,b --layers 8 --batch 8 --budget-s 420 --json PATH]
@@ -18,7 +18,7 @@ import sys
 from conv_core.text_table import format_table
 
 from . import bench_models
-from .model_bench_modes import MODES
+from .model_bench_modes import DEFAULT_ROUNDS, MODES
 
 
 def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGroup) -> None:
@@ -43,8 +43,9 @@ def add_options(p: argparse.ArgumentParser, which: argparse._MutuallyExclusiveGr
     g.add_argument("--attribute", action="store_true", help="--model: also profile each eager and training mode "
                    "layer by layer (each convolution's host and GPU time plain and converted, its kernels and "
                    "route; the other ops by name), into the record and the page")
-    g.add_argument("--rounds", type=_at_least_one, default=5, help="--model: alternating rounds; each ratio is the "
-                   "median over rounds of the round's plain / variant, shown with the lowest and highest (default 5)")
+    g.add_argument("--rounds", type=_at_least_one, default=DEFAULT_ROUNDS,
+                   help="--model: alternating rounds; each ratio is the median over rounds of the round's plain / "
+                   "variant, shown with the lowest and highest (default %(default)s)")
     g.add_argument("--iterations", type=_at_least_one, default=4, help="--model: timed iterations per variant in "
                    "each round, after --warmup (default 4)")
     g.add_argument("--models", help="--holdout: comma list of models (default: "

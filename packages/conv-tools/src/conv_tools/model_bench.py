@@ -41,8 +41,8 @@ from torch import nn
 
 from . import bench_models
 from .bench_record import finite
-from .model_bench_modes import (AMP_MODES, CUDA_MODES, INFERENCE_MODES, MODES, Runner, prepare, random_layers_off,
-                                tensors_of)
+from .model_bench_modes import (AMP_MODES, CUDA_MODES, DEFAULT_ROUNDS, INFERENCE_MODES, MODES, Runner, prepare,
+                                random_layers_off, tensors_of)
 
 VARIANTS = ("plain", "conv", "fused")
 #: A variant's output error is tolerated up to this many times plain PyTorch's own error on the same run ...
@@ -67,7 +67,7 @@ class ModelBenchConfig:
     dtype: str = "bfloat16"
     layout: str = "channels_last"
     modes: tuple[str, ...] = MODES
-    rounds: int = 5
+    rounds: int = DEFAULT_ROUNDS
     iterations: int = 4
     warmup: int = 3
     compile_backend: str = "inductor"

@@ -44,7 +44,7 @@ from . import bench_models
 from .bench_record import finite
 from .model_bench import (cast, cast_input, cudnn_benchmark, median_and_spread, round_ratios, round_times,
                           time_interleaved)
-from .model_bench_modes import training_step
+from .model_bench_modes import DEFAULT_ROUNDS, training_step
 
 #: Set before NCCL starts, unless already set: multicast can put a shared host's GPUs out of service.
 NCCL_SAFETY = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -157,8 +157,8 @@ def time_wrapper(wrapper: str, base: nn.Module, x: torch.Tensor, device: torch.d
 
 
 def run_ddp_bench(model: str, device: torch.device, *, batch: int | None = None, layout: str = "channels_last",
-                  amp_dtype: torch.dtype = torch.bfloat16, rounds: int = 5, iterations: int = 4, warmup: int = 5,
-                  seed: int = 0, wrappers: Sequence[str] = tuple(WRAPPERS)) -> dict:
+                  amp_dtype: torch.dtype = torch.bfloat16, rounds: int = DEFAULT_ROUNDS, iterations: int = 4,
+                  warmup: int = 5, seed: int = 0, wrappers: Sequence[str] = tuple(WRAPPERS)) -> dict:
     """Plain vs converted training steps under each of ``wrappers`` in turn on this rank (the process group
     must be initialised)."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -197,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wrap", type=_wrappers, default=list(WRAPPERS), metavar="ddp,fsdp",
                    help="the wrappers, timed one after the other, each its own plain/conv pair "
                         "(default ddp,fsdp: DistributedDataParallel, then FSDP2 fully_shard)")
-    p.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help="alternating rounds (default %(default)s)")
     p.add_argument("--iterations", type=int, default=4, help="timed steps per variant in each round (default 4)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--json", metavar="PATH", help="where rank 0 writes the record")

@@ -26,6 +26,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+
+#: Alternating rounds per mode. Five were too few on the lent machines: one process's rounds of the same model
+#: spanned 0.80-1.22x, and the median of five moved by 5% between runs of the same code (2026-11-29, H200).
+DEFAULT_ROUNDS = 11
+
 MODES = ("eager", "train", "amp_train", "graph", "graph_train", "compile", "compile_max")
 #: Modes that run the model in eval mode without gradients (the ``fused`` variant applies to them).
 INFERENCE_MODES = frozenset({"eager", "graph", "compile", "compile_max"})
