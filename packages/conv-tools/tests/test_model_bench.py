@@ -5,6 +5,8 @@ import math
 import copy
 import sys
 
+from collections import Counter
+
 import pytest
 import torch
 from torch import nn
@@ -175,9 +177,19 @@ def test_time_interleaved_runs_blocks_in_alternating_rounds():
     order = []
     samples, failed = time_interleaved(recorder(order, "x", "y"), CPU, warmup=2, rounds=3, iterations=2)
     assert order == ["x", "y", "y", "x"  # warm-up, in turn
-                     , "x", "x", "y", "y", "y", "y", "x", "x", "x", "x", "y", "y"]  # rounds: forward, reversed, ...
+                     , "x", "x", "y", "y", "y", "y", "x", "x", "y", "y", "x", "x"]  # rounds: rotated, then reversed
     assert failed == {} and all(len(rounds) == 3 and all(len(b) == 2 for b in rounds) for rounds in samples.values())
     assert all(ms >= 0 for rounds in samples.values() for block in rounds for ms in block)
+
+
+def test_each_variant_runs_in_each_place_of_a_round_equally_often():
+    order = []
+    time_interleaved(recorder(order, "p", "c", "f"), CPU, warmup=0, rounds=6, iterations=1)
+    rounds = [order[i:i + 3] for i in range(0, 18, 3)]
+    assert all(sorted(r) == ["c", "f", "p"] for r in rounds)
+    assert all(sorted(r[place] for r in rounds) == ["c", "c", "f", "f", "p", "p"] for place in range(3))
+    follows = Counter((r[i], r[i + 1]) for r in rounds for i in range(2))
+    assert len(follows) == 6 and set(follows.values()) == {2}  # each variant after each other one as often
 
 
 def test_time_interleaved_stops_a_failing_step_and_goes_on_with_the_others():
@@ -191,8 +203,8 @@ def test_time_interleaved_stops_a_failing_step_and_goes_on_with_the_others():
 
     steps = {**recorder(order, "a"), "b": fails_on_third_call, **recorder(order, "c")}
     samples, failed = time_interleaved(steps, CPU, warmup=1, rounds=3, iterations=1)
-    # warm-up a b c; round 0 a b c; round 1 c b(raises) a; round 2 a c: b is not run again
-    assert order == ["a", "b", "c", "a", "b", "c", "c", "b", "a", "a", "c"]
+    # warm-up a b c; round 0 a b c; round 1 b(raises) c a; round 2 c a: b is not run again
+    assert order == ["a", "b", "c", "a", "b", "c", "b", "c", "a", "c", "a"]
     assert [len(b) for b in samples["b"]] == [1, 0, 0]
     assert [len(b) for b in samples["a"]] == [len(b) for b in samples["c"]] == [1, 1, 1]
     assert failed == {"b": "failed when stepped: RuntimeError: boom"}

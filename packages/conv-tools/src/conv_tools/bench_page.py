@@ -258,9 +258,11 @@ SPREAD_WORDS = (" In brackets beside a ratio: the lowest and highest round's rat
 def timing_words(config: dict) -> str:
     """How a model record was timed: in alternating rounds, or (a record made before them) single iterations."""
     if "rounds" in config:
+        order = ("each round in another order, each variant in each place equally often"
+                 if config.get("order") == "rotated" else "the order reversed every other round")
         return (f"{config['warmup']} warm-up iterations, then {config['rounds']} rounds of {config['iterations']} "
-                "iterations per variant, the variants in turn, the order reversed every other round; the figure is "
-                "the median over rounds of each round's ratio of medians")
+                f"iterations per variant, the variants in turn, {order}; the figure is the median over rounds of "
+                "each round's ratio of medians")
     return f"median of {config['reps']} iterations after {config['warmup']} warm-up ones"
 
 

@@ -14,7 +14,7 @@ iteration (a device synchronize on either side: what the user waits for), the ra
 error against the same model run in float64 on the same input (``max |y - y64| / max |y64|``).
 
 Timing is in alternating rounds (:func:`time_interleaved`): in each round every variant runs a block of
-iterations, variants in turn, the order reversed every other round. On shared GPU machines one
+iterations, variants in turn, each round in another order (:func:`_in_turn`). On shared GPU machines one
 variant's median moved 1.4-1.85x between stretches of one process; a ratio taken within a round sees
 both variants in the same stretch. The ratio reported is the median over rounds of each round's
 ``plain / variant`` (of the round's medians), with the lowest and highest round's ratio as its spread.
@@ -212,7 +212,7 @@ def time_interleaved(steps: dict[str, Callable[[], object]], device: torch.devic
     step that raised (it is not stepped again; its later rounds stay empty, the others go on).
 
     First ``warmup`` untimed steps of each, in turn; then ``rounds`` rounds in which each step runs a block of
-    ``iterations`` timed calls, steps in turn, the order reversed every other round. A drift of clocks or
+    ``iterations`` timed calls, steps in turn, each round's order rotated (:func:`_in_turn`). A drift of clocks or
     temperature then falls within a round on every variant alike, and the per-round ratios cancel it; a block
     rather than single calls gives each round a median of its own.
     """
@@ -232,9 +232,18 @@ def time_interleaved(steps: dict[str, Callable[[], object]], device: torch.devic
     return samples, failed
 
 
+#: How :func:`time_interleaved` orders each round, as a record's config names it (a record without it reversed
+#: the order every other round).
+ORDER = "rotated"
+
+
 def _in_turn(names: list[str], i: int) -> list[str]:
-    """``names`` forward in even rounds, reversed in odd ones: no variant always runs first (or last)."""
-    return names if i % 2 == 0 else names[::-1]
+    """The order of round ``i``: ``names`` rotated by ``i``, reversed in every other cycle of rotations, so that
+    each variant runs in each place equally often and after each other variant as often as before it. (Reversing
+    alone left the middle one of three variants in the middle in every round.)"""
+    n = len(names)
+    turned = names[i % n:] + names[:i % n]
+    return turned if (i // n) % 2 == 0 else turned[::-1]
 
 
 def _step(steps: dict[str, Callable[[], object]], name: str, device: torch.device,
@@ -454,7 +463,7 @@ def run_model_bench(config: ModelBenchConfig, log: Log | None = None,
     base = bench_models.build(config.model, config.seed).to(device)
     x = spec.example(batch, device, config.seed)
     record = {"kind": "model", "model": config.model, "description": spec.description, "batch": batch,
-              "input_shape": list(x.shape), "config": {**asdict(config), "batch": batch},
+              "input_shape": list(x.shape), "config": {**asdict(config), "batch": batch, "order": ORDER},
               "fused_available": fuser() is not None, "complete": False, "modes": []}
     with cudnn_benchmark():
         _progress(log, f"{config.model}: batch {batch} on {device}, modes {', '.join(config.modes)}")
