@@ -21,6 +21,7 @@ from conv_core.cli import main
 from conv_core.engine import Engine
 from conv_core.first_use import FORMAT, FirstUseStore, Measured, entry_key, scope
 from conv_core.plugins import Registry
+from conv_core.ranking import PLUGIN_HOST_US
 from conv_core.settings import Settings
 
 CPU = torch.device("cpu")
@@ -369,6 +370,10 @@ def test_a_measured_aten_under_a_plugins_host_time_stops_first_use_timing(tmp_pa
     assert timed[0] == 0 and plugin.runs == 0  # nothing a plugin could win: nothing compiled or timed
 
 
+#: aten's time in the tests of which candidates first use times: enough for a plugin to win against.
+ATEN_US = 4 * PLUGIN_HOST_US
+
+
 class Several(Counting):
     """A backend offering aten's kernel as several configurations, ``estimates`` (us) their own predictions."""
 
@@ -383,7 +388,7 @@ class Several(Counting):
 
 
 def test_first_use_times_only_the_best_estimated_candidates_that_could_win(tmp_path, monkeypatch):
-    """aten is timed first (100 us here); of each backend, only the FIRST_USE_PER_BACKEND best estimates within
+    """aten is timed first (ATEN_US here); of each backend, only the FIRST_USE_PER_BACKEND best estimates within
     FIRST_USE_SLACK of aten's time are timed, and a second engine replays exactly those from the store."""
     from conv_core.ranking import FIRST_USE_PER_BACKEND, FIRST_USE_SLACK
 
@@ -391,10 +396,10 @@ def test_first_use_times_only_the_best_estimated_candidates_that_could_win(tmp_p
 
     def fake_median(fn, device, warmup, reps):
         timed_ids.append(fn)
-        return 100.0
+        return ATEN_US
 
     monkeypatch.setattr(engine_module, "median_us", fake_median)
-    hopeless = 100.0 * FIRST_USE_SLACK * 1.5
+    hopeless = ATEN_US * FIRST_USE_SLACK * 1.5
     one = Several("one", [30.0, 10.0, 20.0, hopeless])
     two = Several("two", [hopeless, 50.0])
     store = tmp_path / "first-use"
@@ -419,7 +424,7 @@ def test_the_plugins_worth_timing_are_first_run_together_before_they_are_timed(t
 
     def fake_median(fn, device, warmup, reps):
         events.append("timed")
-        return 100.0
+        return ATEN_US
 
     def together(runs, device):
         events.append(("first runs", len(runs), device))

@@ -98,7 +98,7 @@ def use_backends(monkeypatch, **plugins) -> Engine:
     return engine
 
 
-def prove_faster(engine, problems, kernel_ids, aten_us=100.0, us=1.0) -> None:
+def prove_faster(engine, problems, kernel_ids, aten_us=1000.0, us=1.0) -> None:
     """Tuning-database entries measuring each of ``kernel_ids`` at ``us`` and aten at ``aten_us`` on each
     problem (on the CPU): the evidence the ranking asks for before a plugin runs instead of aten."""
     from ..tuning import Entry, merge_entries, read_entries, write_entries
