@@ -124,7 +124,9 @@ def test_edge_problems_are_small_and_cover_the_edge_cases():
     assert {p.activation for p in fwd if p.bias} == {None, "relu", "relu6", "gelu", "gelu_tanh", "silu"}
     assert {(p.dtype, p.out_dtype) for p in fwd if p.out_dtype != p.dtype} == {("float16", "float32")}
     assert all(not p.bias and p.activation is None and p.out_dtype == p.dtype
-               for p in problems if p.direction != "fwd")
+               for p in problems if p.direction == "bwd_weight")
+    transposed = [p for p in problems if p.transposed_epilogue]
+    assert {(p.bias, p.activation) for p in transposed} == {(True, "relu"), (True, None), (False, "silu")}
     geometry = {p.geometry_key for p in problems}
     for needed in ("f1x1 ", "s2x2", "d2x2", "p1.0x0.2", "g2 ", "n1 ", "c1 ", "c3 ", "k3 ", "i7x5", "f1x3", "f3x1",
                    "f7x1", "p4.4x4.4"):

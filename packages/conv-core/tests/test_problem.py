@@ -65,11 +65,19 @@ def test_backward_directions_share_geometry():
     (dict(direction="backward"), "direction"),
     (dict(dtype="int8"), "dtype"),
     (dict(activation="tanh"), "activation"),
-    (dict(direction="bwd_data"), "direction"),
+    (dict(direction="bwd_weight"), "direction"),  # an epilogue on a weight gradient
 ])
 def test_invalid_problems_name_the_field(changes, field):
     with pytest.raises(ValueError, match=field):
         make(**changes)
+
+
+def test_a_data_gradient_may_carry_a_transposed_convolutions_epilogue():
+    p = make(direction="bwd_data")
+    assert p.transposed_epilogue and p.result_shape[1] == p.in_channels
+    assert p.min_bytes - p.replace(bias=False).min_bytes == p.in_channels * 2  # bf16 bias per channel of dx
+    assert not make().transposed_epilogue and not p.replace(bias=False, activation=None).transposed_epilogue
+    assert not p.with_direction("bwd_weight").bias  # the other directions drop it
 
 
 def test_from_tensors_reads_the_call():

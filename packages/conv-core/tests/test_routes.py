@@ -28,9 +28,12 @@ class Counting:
     """A backend that runs aten's kernel under its own name, counting its runs by direction; ``fail`` raises
     instead, the given number of times (``None``: always)."""
 
-    def __init__(self, name="counting", directions=("fwd", "bwd_data", "bwd_weight"), fail=None, failures=0):
+    def __init__(self, name="counting", directions=("fwd", "bwd_data", "bwd_weight"), fail=None, failures=0,
+                 tags=()):
         self.name, self.directions, self.fail, self.failures = name, directions, fail, failures
+        self.tags = frozenset(tags)
         self.runs: list[str] = []
+        self.problems: list = []
 
     @hookimpl
     def conv_core_backend_info(self):
@@ -41,10 +44,12 @@ class Counting:
         if problem.direction not in self.directions:
             return [Declined(self.name, f"no {problem.direction}")]
         (base,) = aten.conv_core_candidates(problem, device)
-        return [Candidate(self.name, "k", "c", functools.partial(self._run, problem, base.run), estimate_us=1.0)]
+        return [Candidate(self.name, "k", "c", functools.partial(self._run, problem, base.run), estimate_us=1.0,
+                          tags=self.tags)]
 
     def _run(self, problem, run, *operands, out=None):
         self.runs.append(problem.direction)
+        self.problems.append(problem)
         if self.fail is not None and (self.failures is None or self.failures > 0):
             if self.failures is not None:
                 self.failures -= 1

@@ -21,6 +21,7 @@ from conv_core.frontend.routes import aten_route_wins
 from conv_core.settings import Settings
 from conv_core.testing import check_candidate as conformance
 from conv_core.testing.checks import check_metadata
+from conv_core.testing.fakes import EntryPointOf, Plugin, zeros_run
 from conv_core.tuning import Timings
 
 PROBLEM = ConvProblem("fwd", 1, 2, 2, (4, 4), (3, 3), 1, 1, 1)
@@ -106,10 +107,24 @@ def cuda_graph_safe_changes_the_path(tmp_path, monkeypatch) -> None:
     test_a_capture_runs_the_first_cuda_graph_safe_candidate(monkeypatch, tmp_path)
 
 
+def transposed_epilogue_changes_what_is_offered(tmp_path, monkeypatch) -> None:
+    """A data gradient with an epilogue reaches only the candidates that apply it; without one, every candidate."""
+    monkeypatch.setenv("CONV_CORE_TUNING_DB", str(tmp_path / "db.json"))
+    plain, tagged = Plugin("plain", zeros_run), Plugin("tagged", zeros_run, tags={"transposed_epilogue"})
+    registry = Registry(Settings.from_env(), [EntryPointOf("plain", plain), EntryPointOf("tagged", tagged)])
+    bare = PROBLEM.with_direction("bwd_data")
+    offered = {c.backend for c in registry.candidates(bare, CPU)[0]}
+    assert offered == {"aten", "plain", "tagged"}
+    candidates, declined = registry.candidates(bare.replace(bias=True, activation="relu"), CPU)
+    assert {c.backend for c in candidates} == {"aten", "tagged"}
+    assert [d.backend for d in declined] == ["plain"] and "transposed_epilogue" in declined[0].reason
+
+
 SHOWN = {"deterministic": deterministic_changes_the_verdict, "needs_workspace": needs_workspace_changes_the_verdict,
          "atomics": atomics_changes_the_order, "experimental": experimental_changes_the_order,
          "direct": direct_changes_the_path, "tf32": tf32_changes_the_verdict,
-         "cuda_graph_safe": cuda_graph_safe_changes_the_path}
+         "cuda_graph_safe": cuda_graph_safe_changes_the_path,
+         "transposed_epilogue": transposed_epilogue_changes_what_is_offered}
 
 
 def test_every_known_tag_is_shown_here():

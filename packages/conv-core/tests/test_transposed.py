@@ -83,6 +83,23 @@ def test_bias_and_activation_forward_and_gradients_on_the_engine_route(activatio
     assert sorted(set(counting.runs)) == ["bwd_data", "bwd_weight", "fwd"]
 
 
+@pytest.mark.parametrize("tagged", [False, True])
+def test_a_kernel_that_applies_the_epilogue_runs_it_fused(tagged, tmp_path, monkeypatch):
+    """A data-gradient kernel tagged ``transposed_epilogue`` gets the bias and activation in its problem; an
+    untagged one runs the bare problem, the epilogue after it. Values and gradients are PyTorch's either way."""
+    isolate(tmp_path, monkeypatch)
+    backend = Counting(tags={"transposed_epilogue"} if tagged else ())
+    use_backends(monkeypatch, counting=backend)
+    x, w, b = tensors(2, 4, 6, (4, 5), (2, 2), grad=True)
+    mine = conv_core.conv_transpose2d(x, w, b, stride=2, activation="relu", backend="counting")
+    theirs = F.relu(F.conv_transpose2d(x, w, b, stride=2))
+    torch.testing.assert_close(mine, theirs)
+    grad = torch.randn_like(theirs)
+    torch.testing.assert_close(torch.autograd.grad(mine, (x, w, b), grad), torch.autograd.grad(theirs, (x, w, b), grad))
+    (forward,) = [p for p in backend.problems if p.direction == "bwd_data"]
+    assert (forward.bias, forward.activation) == ((True, "relu") if tagged else (False, None))
+
+
 @pytest.mark.parametrize("backend", [None, "counting"])
 def test_out_dtype_keeps_a_wider_outputs_accuracy(backend):
     x, w, b = (t.to(torch.bfloat16) for t in tensors(2, 4, 6, (5, 5), (3, 3)))

@@ -26,6 +26,10 @@ KNOWN_TAGS = {
     "experimental": "not run on hardware by its authors; ranked after every other candidate",
     "direct": ("is torch.nn.functional.conv*d on the operands as given (aten only): where it ranks first in every "
                "direction a call needs, the core calls that function itself, with PyTorch's autograd"),
+    "transposed_epilogue": ("applies a data-gradient problem's bias and activation (a transposed convolution's "
+                            "epilogue, bias per channel of the result) where the problem has them; a data-gradient "
+                            "problem with an epilogue is offered only to candidates with this tag, others are "
+                            "dropped"),
     "tf32": ("float32 operands are rounded to tf32 in the matrix units; the reference comparison's tolerance "
              "takes tf32's unit roundoff for it instead of float32's"),
 }
@@ -56,8 +60,9 @@ class Candidate:
 
     ``run`` takes the direction's two operands, dense in the problem's layout
     and dtypes (``fwd``: input, weight; ``bwd_data``: grad_output, weight;
-    ``bwd_weight``: input, grad_output), plus ``bias`` for a forward problem
-    that has one. It returns the result (shape ``problem.result_shape``, dtype
+    ``bwd_weight``: input, grad_output), plus ``bias`` (None where the problem
+    has none) for a forward problem and a data gradient with an epilogue
+    (:attr:`ConvProblem.transposed_epilogue`). It returns the result (shape ``problem.result_shape``, dtype
     ``problem.result_dtype``, dense in ``problem.layout``). When ``out`` is
     given it must write every element of ``out`` and return it; the
     conformance kit passes a poisoned ``out`` to prove that.

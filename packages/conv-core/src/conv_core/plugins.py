@@ -189,7 +189,13 @@ class Registry:
                 backend.record_failure(f"conv_core_candidates({problem.key})", exc)
                 declined.append(Declined(backend.name, f"failed: {_error_text(exc)}"))
                 continue
-            found.extend(i for i in items if isinstance(i, Candidate))
+            offered = [i for i in items if isinstance(i, Candidate)]
+            if problem.transposed_epilogue:
+                offered = [c for c in offered if "transposed_epilogue" in c.tags]
+                if not offered and items:
+                    declined.append(Declined(backend.name, "no candidate tagged transposed_epilogue for a data "
+                                                           "gradient with bias or activation"))
+            found.extend(offered)
             declined.extend(i for i in items if isinstance(i, Declined))
             if not items:
                 declined.append(Declined(backend.name, "returned no candidates"))

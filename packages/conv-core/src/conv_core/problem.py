@@ -10,8 +10,13 @@ The three directions share one geometry, always described as the *forward*
 convolution ``y = conv(x, w)``:
 
 - ``fwd``:        ``y  = conv(x, w) (+ bias, activation)``
-- ``bwd_data``:   ``dx = conv_backward_input(dy, w)``
+- ``bwd_data``:   ``dx = conv_backward_input(dy, w) (+ bias, activation)``
 - ``bwd_weight``: ``dw = conv_backward_weight(x, dy)``
+
+A data gradient carries an epilogue only as a transposed convolution's forward (its bias is per *input*
+channel of the geometry, the transposed layer's output channels); such a problem is offered only to candidates
+tagged ``transposed_epilogue`` (:data:`conv_core.candidate.KNOWN_TAGS`), since a backend written before may
+ignore an epilogue it never expected there.
 """
 
 from __future__ import annotations
@@ -177,9 +182,9 @@ class ConvProblem:
              f"{self.output_size} < 1: the filter {self.filter_size} (dilation {self.dilation}) does not fit "
              f"the padded input {self.input_size} + {self.padding}")
         activations.check_activation(self.activation)
-        if self.direction != "fwd":
+        if self.direction == "bwd_weight":
             need(not self.bias and self.activation is None, "direction",
-                 "bias and activation belong to the forward problem only")
+                 "bias and activation belong to the forward and data-gradient problems only")
 
     # ---- shapes --------------------------------------------------------------
 
@@ -260,8 +265,14 @@ class ConvProblem:
         count = sum(math.prod(s) * element_size(d) for s, d in zip(self.operand_shapes, self.operand_dtypes))
         count += math.prod(self.result_shape) * element_size(self.result_dtype)
         if self.bias:
-            count += self.out_channels * element_size(self.out_dtype)
+            count += self.result_shape[1] * element_size(self.out_dtype)
         return count
+
+    @property
+    def transposed_epilogue(self) -> bool:
+        """Whether this is a data gradient with a bias or an activation: a transposed convolution's forward with
+        its epilogue fused, which only candidates tagged ``transposed_epilogue`` are offered."""
+        return self.direction == "bwd_data" and (self.bias or self.activation is not None)
 
     @property
     def gemm_shape(self) -> tuple[int, int, int]:

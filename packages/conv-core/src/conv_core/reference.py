@@ -96,13 +96,14 @@ def conv_forward64(x: torch.Tensor, w: torch.Tensor, problem: ConvProblem, metho
 
 def reference(problem: ConvProblem, operands: tuple, method: str = "auto") -> torch.Tensor:
     """Float64 result of ``problem`` on ``operands`` (ordered as ``Candidate.run`` takes them)."""
+    a, b, bias = _operands(operands)
+    return activations.apply(problem.activation, _biased(problem, _linear(problem, a, b, method), bias))
+
+
+def _linear(problem: ConvProblem, a: torch.Tensor, b: torch.Tensor, method: str = "auto") -> torch.Tensor:
+    """The direction's float64 result before any epilogue."""
     if problem.direction == "fwd":
-        x, w, bias = _fwd_operands(operands)
-        y = conv_forward64(x, w, problem, method)
-        if bias is not None:
-            y = y + bias.double().reshape(1, -1, *[1] * problem.ndim)
-        return activations.apply(problem.activation, y)
-    a, b = operands[:2]
+        return conv_forward64(a, b, problem, method)
     if problem.direction == "bwd_data":
         dy, w = a.double(), b.double()
         x = torch.zeros(problem.input_shape, dtype=torch.float64, device=dy.device, requires_grad=True)
@@ -116,14 +117,20 @@ def reference(problem: ConvProblem, operands: tuple, method: str = "auto") -> to
     return dw
 
 
-def _fwd_operands(operands: tuple):
-    x, w = operands[:2]
-    return x, w, operands[2] if len(operands) > 2 else None
+def _biased(problem: ConvProblem, y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``y`` plus ``bias`` per channel of the result (none: ``y``)."""
+    return y if bias is None else y + bias.double().reshape(1, -1, *[1] * problem.ndim)
+
+
+def _operands(operands: tuple):
+    """``(a, b, bias or None)`` of ``Candidate.run``'s operands."""
+    a, b = operands[:2]
+    return a, b, operands[2] if len(operands) > 2 else None
 
 
 def absolute_reference(problem: ConvProblem, operands: tuple) -> torch.Tensor:
     """``sum |a| |b|`` (+ ``|bias|``) for every result element: the scale rounding errors are relative to."""
-    linear = problem.replace(activation=None) if problem.direction == "fwd" else problem
+    linear = problem.replace(activation=None) if problem.direction != "bwd_weight" else problem
     return reference(linear, tuple(None if t is None else t.abs() for t in operands))
 
 
@@ -155,9 +162,9 @@ def tolerance(problem: ConvProblem, ref: torch.Tensor, absref: torch.Tensor,
     factor = candidate.error_factor if candidate is not None else 1.0
     inner = 4 * math.sqrt(problem.reduction_length) * u_acc + 2 * factor * operand_roundoff(problem, candidate)
     floor = torch.finfo(torch_dtype(problem.result_dtype)).tiny
-    has_activation = problem.direction == "fwd" and problem.activation is not None and pre is not None
+    has_activation = problem.activation is not None and pre is not None
     before = 2 * u_out * (pre if has_activation else ref).abs() + inner * absref
-    if problem.direction == "fwd" and problem.bias and conv is not None:
+    if problem.bias and conv is not None:
         before = before + 2 * u_out * conv.abs()
     if not has_activation:
         return before + floor
@@ -183,7 +190,7 @@ class Expected:
 
     ref: torch.Tensor
     absref: torch.Tensor
-    #: forward with an epilogue: the sums before the activation (with bias), and before the bias
+    #: a problem with an epilogue: the sums before the activation (with bias), and before the bias
     pre: torch.Tensor | None
     conv: torch.Tensor | None
 
@@ -191,10 +198,10 @@ class Expected:
 def expected(problem: ConvProblem, operands: tuple) -> Expected:
     """The reference result of ``problem`` on ``operands`` and what its tolerance needs."""
     pre = conv = None
-    if problem.direction == "fwd" and (problem.activation is not None or problem.bias):
-        x, w, bias = _fwd_operands(operands)
-        conv = conv_forward64(x, w, problem)
-        pre = conv if bias is None else conv + bias.double().reshape(1, -1, *[1] * problem.ndim)
+    if problem.activation is not None or problem.bias:
+        a, b, bias = _operands(operands)
+        conv = _linear(problem, a, b)
+        pre = _biased(problem, conv, bias)
         ref = activations.apply(problem.activation, pre)
     else:
         ref = reference(problem, operands)
@@ -267,7 +274,7 @@ def random_operands(problem: ConvProblem, device: torch.device | str, seed: int 
     (sa, sb), (da, db) = problem.operand_shapes, problem.operand_dtypes
     a = make(sa, da)
     b = make(sb, db, scale)
-    if problem.direction != "fwd":
+    if problem.direction != "fwd" and not problem.transposed_epilogue:
         return a, b
-    bias = make((problem.out_channels,), problem.out_dtype, 0.5) if problem.bias else None
+    bias = make((problem.result_shape[1],), problem.out_dtype, 0.5) if problem.bias else None
     return a, b, bias

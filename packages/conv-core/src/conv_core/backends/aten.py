@@ -51,6 +51,8 @@ def conv_core_candidates(problem: ConvProblem, device: torch.device) -> list[Can
         tags.add("tf32")
     if _compute_dtype(problem) is torch_dtype(problem.dtype) is torch_dtype(problem.result_dtype):
         tags.add("direct")
+    if problem.direction == "bwd_data":
+        tags.add("transposed_epilogue")
     efficiency = 0.75 if problem.layout == "channels_last" else 0.45
     return [Candidate(NAME, "native", "default", run=_RUN[problem.direction](problem),
                       estimate_us=estimate_us(problem, efficiency, 0.35), tags=frozenset(tags))]
@@ -131,20 +133,25 @@ class _Runner:
         return to_layout(result, self.problem.layout)
 
 
+    def activated(self, y: torch.Tensor) -> torch.Tensor:
+        activation = self.problem.activation
+        return y if activation is None else activations.ACTIVATIONS[activation](y)
+
+
 class _Forward(_Runner):
     def __call__(self, x, w, bias=None, *, out=None):
         p = self.problem
         b = None if bias is None else self.cast(bias)
         y = _CONV[self.ndim](self.padded(x), self.cast(w), b, p.stride, self.padding, p.dilation, p.groups)
-        if p.activation is not None:
-            y = activations.ACTIVATIONS[p.activation](y)
-        return self.finish(y, out)
+        return self.finish(self.activated(y), out)
 
 
 class _BackwardData(_Runner):
-    """``dx`` as PyTorch's autograd computes it; with asymmetric padding, over the padded input, then cropped."""
+    """``dx`` as PyTorch's autograd computes it; with asymmetric padding, over the padded input, then cropped.
+    A transposed convolution's epilogue (bias per channel of ``dx``, activation) follows, as
+    ``F.conv_transpose*d`` and the activation would apply it."""
 
-    def __call__(self, dy, w, *, out=None):
+    def __call__(self, dy, w, bias=None, *, out=None):
         p = self.problem
         padded = [i + lo + hi for i, (lo, hi) in zip(p.input_size, p.padding)] if self.pad else list(p.input_size)
         fake_input = self.shape_only((p.batch, p.in_channels, *padded), dy.device)
@@ -153,7 +160,9 @@ class _BackwardData(_Runner):
             False, [0] * self.ndim, p.groups, [True, False, False])
         if self.pad:
             dx = dx[(slice(None), slice(None), *(slice(lo, lo + i) for i, (lo, _) in zip(p.input_size, p.padding)))]
-        return self.finish(dx, out)
+        if bias is not None:
+            dx = dx + self.cast(bias).view(-1, *[1] * self.ndim)
+        return self.finish(self.activated(dx), out)
 
 
 class _BackwardWeight(_Runner):

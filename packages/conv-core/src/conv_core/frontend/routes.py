@@ -177,8 +177,9 @@ def cacheable(may_time: bool, device: torch.device) -> bool:
 
 
 def _run_direction(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape, weight_shape, layout: str,
-                   args: ConvArgs, ranking: Ranking | None = None) -> torch.Tensor:
-    """``direction``'s result from its two operands, cast to the problem's dtype and dense in ``layout``.
+                   args: ConvArgs, ranking: Ranking | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``direction``'s result from its two operands, cast to the problem's dtype and dense in ``layout`` (and
+    ``bias``, where the ranking's problem has an epilogue).
 
     Without a ``ranking`` the problem is ranked once and kept in the backward cache
     (:mod:`conv_core.frontend.call_cache`).
@@ -198,13 +199,17 @@ def _run_direction(direction: str, a: torch.Tensor, b: torch.Tensor, input_shape
         a = a.to(dtype)
     if b.dtype is not dtype:
         b = b.to(dtype)
-    return engine.execute(ranking, (to_layout(a, layout), to_layout(b, layout)))
+    operands = (to_layout(a, layout), to_layout(b, layout))
+    if ranking.problem.transposed_epilogue:
+        operands += (None if bias is None else bias.to(torch_dtype(ranking.problem.out_dtype)),)
+    return engine.execute(ranking, operands)
 
 
 def backward_data(grad_pre: torch.Tensor, w: torch.Tensor, input_shape, layout: str, args: ConvArgs,
-                  ranking: Ranking | None = None) -> torch.Tensor:
-    """Gradient w.r.t. the input, given the gradient w.r.t. the pre-activation output."""
-    return _run_direction("bwd_data", grad_pre, w, input_shape, w.shape, layout, args, ranking)
+                  ranking: Ranking | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Gradient w.r.t. the input, given the gradient w.r.t. the pre-activation output (a transposed
+    convolution's forward, with ``bias`` where ``ranking``'s problem fuses its epilogue)."""
+    return _run_direction("bwd_data", grad_pre, w, input_shape, w.shape, layout, args, ranking, bias)
 
 
 def backward_weight(x: torch.Tensor, grad_pre: torch.Tensor, weight_shape, args: ConvArgs,

@@ -7,8 +7,9 @@ the geometry is not expressible as ``C``'s problem: it is then ``F.conv_transpos
 autograd. Otherwise :class:`TransposedFunction` runs the three rankings through the engine, operands dense
 in the layout read from the input's strides; the output has that layout too.
 
-``C``'s kernels have no epilogue in these directions, so the output dtype, bias and activation are applied
-after the data-gradient kernel as elementwise operations (unfused).
+Where the data gradient's best kernel is a plugin's that applies a transposed convolution's epilogue (tagged
+``transposed_epilogue``), the bias and activation run in its store (:func:`fused_epilogue`); otherwise, and for
+an output dtype of its own, they follow the kernel as elementwise operations.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .. import activations
 from .dispatch import call_transposed_backward_ops
 from ..engine import get_engine
 from ..problem import ConvProblem, dtype_name, torch_dtype
-from ..ranking import Ranking
+from ..ranking import BASELINE_BACKEND, Ranking
 from .routes import backward_data, backward_weight, bias_grad, compact, convolve, rank_direction
 from .transposed import TRANSPOSED_DIRECTIONS, TransposedArgs, check_transposed_call, problem_of_transposed_call
 
@@ -36,11 +37,13 @@ class TransposedRoute:
     """
 
     __slots__ = ("args", "problem", "ranking", "backward", "layout", "output_shape", "cast", "direct", "conv",
-                 "conv_args", "activation", "bias_shape", "native")
+                 "conv_args", "activation", "bias_shape", "native", "fused")
 
     def __init__(self, args: TransposedArgs, problem: ConvProblem | None, ranking: Ranking | None,
-                 backward: dict[str, Ranking], output_shape: tuple[int, ...], cast: torch.dtype | None) -> None:
+                 backward: dict[str, Ranking], output_shape: tuple[int, ...], cast: torch.dtype | None,
+                 fused: Ranking | None = None) -> None:
         self.args, self.problem, self.ranking, self.backward = args, problem, ranking, backward
+        self.fused = fused
         self.layout = None if problem is None else problem.layout
         self.output_shape, self.cast = output_shape, cast
         rankings = (ranking, *backward.values()) if ranking is not None else ()
@@ -60,6 +63,8 @@ class TransposedRoute:
             y = self.conv(x, w, bias, *self.conv_args)
             y = y if self.activation is None else self.activation(y)
             return y if self.cast is None else y.to(self.cast)
+        if self.fused is not None:
+            return backward_data(x, w, self.output_shape, self.layout, self.args.conv, self.fused, bias)
         y = backward_data(x, w, self.output_shape, self.layout, self.args.conv, self.ranking)
         return self.epilogue(y, bias)
 
@@ -104,7 +109,21 @@ def build_transposed_route(args: TransposedArgs, x: torch.Tensor, w: torch.Tenso
         for direction in ("bwd_data", "bwd_weight"):
             conv_problem = problem.with_direction(TRANSPOSED_DIRECTIONS[direction])
             backward[conv_problem.direction] = rank_direction(conv_problem, x.device, backend, may_time)
-    return TransposedRoute(args, problem, ranking, backward, output_shape, cast)
+    fused = fused_epilogue(ranking, bias is not None, args.activation, x.device) if cast is None else None
+    return TransposedRoute(args, problem, ranking, backward, output_shape, cast, fused)
+
+
+def fused_epilogue(ranking: Ranking, bias: bool, activation: str | None, device: torch.device) -> Ranking | None:
+    """The ranking of ``ranking``'s problem with the epilogue in it, where its best kernel is a plugin's that
+    applies one (``transposed_epilogue``): the same kernel then adds the bias and activates in its store instead of
+    two more passes over the output. None where there is no epilogue, aten runs, or the backend's ranking of the
+    fused problem puts another kernel first (the choice stays the bare problem's)."""
+    best = ranking.best.candidate
+    if not (bias or activation) or best.backend == BASELINE_BACKEND or "transposed_epilogue" not in best.tags:
+        return None
+    fused = get_engine().ranking(ranking.problem.replace(bias=bias, activation=activation), device, best.backend,
+                                 may_time=False)
+    return fused if fused.best.kernel_id == ranking.best.kernel_id else None
 
 
 class TransposedFunction(torch.autograd.Function):

@@ -69,6 +69,14 @@ EPILOGUES: tuple[tuple[str, bool, str | None], ...] = (
     ("conv3d", True, "relu"),
 )
 
+#: (geometry, bias, activation) of the data-gradient cases with a transposed convolution's epilogue, offered only to
+#: candidates tagged ``transposed_epilogue``.
+TRANSPOSED_EPILOGUES: tuple[tuple[str, bool, str | None], ...] = (
+    ("3x3-stride2", True, "relu"),
+    ("filter-2x2-stride3", True, None),
+    ("conv1d", False, "silu"),
+)
+
 #: Geometries of the mixed-precision forward cases (half inputs, float32 result).
 MIXED_PRECISION: tuple[tuple[str, bool, str | None], ...] = (
     ("3x3", False, None),
@@ -89,15 +97,20 @@ def edge_problems(arch: str = "cpu", directions: Sequence[str] = DIRECTIONS,
                   dtypes: Sequence[str] = ("float32",), layouts: Sequence[str] = LAYOUTS) -> list[ConvProblem]:
     """The fixed edge cases, for every direction x dtype x layout asked for.
 
-    Every geometry of :data:`EDGE_GEOMETRIES` in every direction; in ``fwd``
-    also the bias/activation cases of :data:`EPILOGUES` and, for float16 and
-    bfloat16 inputs, the float32-result cases of :data:`MIXED_PRECISION`.
+    Every geometry of :data:`EDGE_GEOMETRIES` in every direction; in ``bwd_data``
+    also the cases of :data:`TRANSPOSED_EPILOGUES`; in ``fwd`` also the
+    bias/activation cases of :data:`EPILOGUES` and, for float16 and bfloat16
+    inputs, the float32-result cases of :data:`MIXED_PRECISION`.
     """
     problems = []
     for dtype, layout in itertools.product(dtypes, layouts):
         forward = [_forward_problem(g, dtype, layout, arch) for g in EDGE_GEOMETRIES.values()]
         for direction in directions:
             problems.extend(p.with_direction(direction) for p in forward)
+        if "bwd_data" in directions:
+            for name, bias, activation in TRANSPOSED_EPILOGUES:
+                bare = _forward_problem(EDGE_GEOMETRIES[name], dtype, layout, arch).with_direction("bwd_data")
+                problems.append(bare.replace(bias=bias, activation=activation))
         if "fwd" not in directions:
             continue
         for name, bias, activation in EPILOGUES:
