@@ -24,7 +24,7 @@ class TestRdnaConformance(ConformanceSuite):
     random_count = 24
     max_macs = 20_000
     #: Data gradients whose filter is the stride (bwd_data_shuffle's), which random problems seldom draw: 1D to 3D,
-    #: both layouts, a padded one, one with rows past the last window.
+    #: both layouts, a padded one, one with rows past the last window, two with an epilogue.
     extra_problems = tuple(ConvProblem("bwd_data", 2, cin, cout, size, size_filter, size_filter, padding, 1,
                                        dtype=dtype, weight_dtype=dtype, out_dtype=dtype, layout=layout)
                            for cin, cout, size, size_filter, padding, dtype, layout in (
@@ -32,4 +32,9 @@ class TestRdnaConformance(ConformanceSuite):
         (5, 7, (9, 7), (3, 2), ((1, 0), (0, 1)), "float32", "channels_first"),
         (4, 6, (3, 4, 5), (1, 2, 2), 0, "float16", "channels_first"),
         (3, 9, (17,), (4,), 0, "float32", "channels_last"),
-    ))
+    )) + (  # with a transposed convolution's epilogue (bias per channel of dx, activation)
+        ConvProblem("bwd_data", 2, 6, 10, (8, 8), (2, 2), (2, 2), 0, 1, dtype="bfloat16", layout="channels_last",
+                    bias=True, activation="gelu"),
+        ConvProblem("bwd_data", 2, 4, 6, (9,), (3,), (3,), 0, 1, groups=2, dtype="float32",
+                    layout="channels_first", bias=True),
+    )

@@ -15,7 +15,8 @@ import pytest
 import torch
 from conv_core.problem import ConvProblem
 from conv_core.reference import compare, random_operands
-from conv_rdna import configs, launch, registry
+from conv_rdna import candidates, configs, launch, registry
+from conv_rdna.plans import shuffle
 from conv_core.kit.declines import interpreting
 
 DEVICE = os.environ.get("CONV_RDNA_TEST_DEVICE", "cpu")
@@ -156,6 +157,37 @@ def test_bwd_data_shuffle(name, layout):
 def test_bwd_data_shuffle_other_dtypes(dtype):
     check(fwd(dtype=dtype, layout="channels_last", **SHUFFLE["k3x2-s3x2-padded-g2"]).with_direction("bwd_data"),
           "bwd_data_shuffle")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("bias, activation", [(True, None), (True, "relu"), (True, "gelu"), (False, "silu")])
+def test_bwd_data_shuffle_applies_a_transposed_convolutions_epilogue(bias, activation, layout):
+    """The bias of each column's channel (two groups: the group's own bias) and the activation, in the store."""
+    bare = fwd(dtype="float16", layout=layout, **SHUFFLE["k3x2-s3x2-padded-g2"]).with_direction("bwd_data")
+    check(bare.replace(bias=bias, activation=activation), "bwd_data_shuffle")
+
+
+def test_a_channels_first_tile_with_an_epilogue_is_narrowed_to_fit():
+    """Eight warps at most for a scattered channels-first store; with an activation besides, fewer columns."""
+    big = configs.TileConfig(128, 128, 32, 8, 4, 1)
+    assert shuffle.fitted(big, "channels_first") == dataclasses.replace(big, num_warps=8)
+    assert shuffle.fitted(big, "channels_first", True) == dataclasses.replace(big, num_warps=8, block_n=64)
+    assert shuffle.fitted(big, "channels_last", True) is big
+    bare = fwd(dtype="float16", layout="channels_first", **SHUFFLE["k2s2-c5k20"]).with_direction("bwd_data")
+    p, _, _ = check(bare.replace(bias=True, activation="gelu"), "bwd_data_shuffle", big)
+    assert (p.config.block_n, p.config.num_warps) == (64, 8)
+
+
+def test_only_the_shuffle_takes_an_epilogue_and_not_past_the_last_window():
+    covered = fwd(dtype="float16", layout="channels_last", **SHUFFLE["k2s2-c5k20"]).with_direction("bwd_data")
+    fused = covered.replace(bias=True, activation="relu")
+    assert registry.REGISTRY["bwd_data_shuffle"].issue(fused) is None
+    assert "epilogue" in registry.REGISTRY["bwd_data_phased"].issue(fused)
+    plan = registry.make_plan(covered, "bwd_data_shuffle", SMALL, table())
+    assert "transposed_epilogue" in candidates.tags(covered, plan, table(), torch.device("cpu"))
+    past = fwd(dtype="float16", layout="channels_last",
+               **SHUFFLE["k2s2-odd-rows-past-the-last-window"]).with_direction("bwd_data").replace(bias=True)
+    assert "past the last window" in registry.REGISTRY["bwd_data_shuffle"].issue(past)
 
 
 def test_bwd_data_shuffle_is_offered_only_where_the_filter_is_the_stride():

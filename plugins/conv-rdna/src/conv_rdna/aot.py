@@ -182,7 +182,8 @@ FORWARD_KERNELS = tuple(e.name for e in REGISTRY.for_direction("fwd") if e.name 
 
 
 def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shape: str = "mid") -> ConvProblem | None:
-    """The problem of geometry ``shape`` in the kernel's direction (forward: with bias and gelu);
+    """The problem of geometry ``shape`` in the kernel's direction (forward, and a data gradient that takes a
+    transposed convolution's epilogue: with bias and gelu);
     None if the kernel does not apply (``gemm1x1`` takes the geometry with a 1x1 filter, stride 1)."""
     depthwise = kernel in names(DEPTHWISE)
     if shape.startswith("dw") and not depthwise:
@@ -228,6 +229,9 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     problem = problem.with_direction(REGISTRY[kernel].directions[0])
     if kernel in FEW_CHANNELS and kernel not in few_channels.few_channels_kernels(problem):  # stride-2 data gradients
         return None
+    if REGISTRY[kernel].transposed_epilogue:  # with its epilogue, as the forward kernels, where it takes one
+        fused = problem.replace(bias=True, activation="gelu")
+        return fused if REGISTRY[kernel].issue(fused) is None else problem
     return problem
 
 

@@ -69,6 +69,8 @@ def tags(problem: ConvProblem, p: Plan, tab: configs.ArchTable, device: torch.de
     result.add("atomics" if p.kernel == "bwd_weight_atomic" else "deterministic")
     if p.workspace_elements:
         result.add("needs_workspace")
+    if REGISTRY[p.kernel].transposed_epilogue:
+        result.add("transposed_epilogue")
     if device.type == "cpu":
         result.add("interpreted")
     else:

@@ -83,6 +83,8 @@ def phased_issue(problem: ConvProblem) -> str | None:
 def shuffle_issue(problem: ConvProblem) -> str | None:
     if not shuffle.filter_is_stride(problem):
         return "the filter is not the stride on every axis (or is dilated, or 1 everywhere)"
+    if problem.transposed_epilogue and shuffle.uncovered(Geometry.of(problem)):
+        return "elements past the last window would need the epilogue of zero (output_padding)"
     return general_issue(problem)
 
 
@@ -158,10 +160,11 @@ GENERAL = (
            ranks=VOLUMES, summary=(
         "the data gradient decomposed by **stride phase** (below): no wasted taps for stride > 1.")),
     _entry(shuffle.KERNEL, "bwd_data", BWD_DATA, shuffle.shuffle_bwd_data, applies=shuffle_issue, ranks=VOLUMES,
-           summary=(
+           transposed_epilogue=True, summary=(
         "filter = stride on every axis, undilated (the transposed convolution of a UNet up-convolution): one GEMM "
         "over `dy`'s pixels with `N` = taps x input channels, each tile stored through a **pixel shuffle** "
-        "(every `dx` element is one tap's), reading `dy` once where the phased kernel reads it once per tap.")),
+        "(every `dx` element is one tap's), reading `dy` once where the phased kernel reads it once per tap; a "
+        "transposed convolution's bias and activation in its store.")),
     _entry("bwd_weight_split", "bwd_weight", BWD_WEIGHT, gradients.bwd_weight, applies=general_issue,
            ranks=VOLUMES, summary=(
         "`M` = output channels, `N` = input channels (one tap per program), `K` = batch x output pixels, "

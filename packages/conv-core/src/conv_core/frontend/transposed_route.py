@@ -117,13 +117,13 @@ def fused_epilogue(ranking: Ranking, bias: bool, activation: str | None, device:
     """The ranking of ``ranking``'s problem with the epilogue in it, where its best kernel is a plugin's that
     applies one (``transposed_epilogue``): the same kernel then adds the bias and activates in its store instead of
     two more passes over the output. None where there is no epilogue, aten runs, or the backend's ranking of the
-    fused problem puts another kernel first (the choice stays the bare problem's)."""
+    fused problem puts another kernel first (the choice stays the bare problem's; the kernel's tile may differ)."""
     best = ranking.best.candidate
     if not (bias or activation) or best.backend == BASELINE_BACKEND or "transposed_epilogue" not in best.tags:
         return None
     fused = get_engine().ranking(ranking.problem.replace(bias=bias, activation=activation), device, best.backend,
                                  may_time=False)
-    return fused if fused.best.kernel_id == ranking.best.kernel_id else None
+    return fused if fused.best.candidate.kernel == best.kernel else None
 
 
 class TransposedFunction(torch.autograd.Function):

@@ -44,6 +44,9 @@ class KernelEntry:
     layouts: tuple[str, ...] = LAYOUTS
     error_factor: Callable[[ConvProblem], float] | None = None
     run: Callable | None = None
+    #: applies a data gradient's epilogue (a transposed convolution's bias and activation); the backend tags its
+    #: candidates ``transposed_epilogue``
+    transposed_epilogue: bool = False
 
     def __post_init__(self) -> None:
         unknown = (set(self.directions) - set(DIRECTIONS)) | (set(self.layouts) - set(LAYOUTS))
@@ -55,6 +58,8 @@ class KernelEntry:
         """Why this kernel cannot run ``problem``: its direction, its layout, or ``applies``'s reason."""
         if problem.direction not in self.directions:
             return f"computes {'/'.join(self.directions)}, not {problem.direction}"
+        if problem.transposed_epilogue and not self.transposed_epilogue:
+            return "applies no bias or activation to a data gradient (a transposed convolution's epilogue)"
         if problem.layout not in self.layouts:
             return f"takes {'/'.join(self.layouts)} tensors, not {problem.layout}"
         return self.applies(problem)

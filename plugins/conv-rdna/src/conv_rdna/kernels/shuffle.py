@@ -14,6 +14,9 @@ once per tap. The store address splits into a row part (the window's origin) and
 tap), so the shuffle costs one add per element. Elements of ``dx`` past the last window are no tap's: the plan
 zeroes ``dx`` first when there are any.
 
+A transposed convolution's epilogue (``HAS_BIAS``: the bias of ``dx``'s channel ``g * C_G + c``, then
+``ACTIVATION``) is applied to the tile before its store; such problems have no element past the last window.
+
 Columns run tap-major, ``(t, r, s, c)``: in channels-last the columns of a tile within one tap are consecutive
 channels of one ``dx`` pixel, and so are the weight's (a channels-last weight ``[K, TD, R, S, C]`` holds each
 ``w[k]`` as one row of ``Z``'s columns). The depth sizes are the constant 1 below 3D, as in the implicit GEMM.
@@ -21,15 +24,15 @@ channels of one ``dx`` pixel, and so are the weight's (a channels-last weight ``
 
 import triton.language as tl
 
-from .common import cast_for_store, jit_any_size, mma, tap_coords, volume_tile
+from .common import add_bias_and_activate, cast_for_store, jit_any_size, mma, tap_coords, volume_tile
 
 
 @jit_any_size
 def conv_shuffle_bwd_data(
-    dy_ptr, w_ptr, dx_ptr,
+    dy_ptr, w_ptr, bias_ptr, dx_ptr,
     BATCH, OD, P, Q, K_G, C_G, D, H, W, PAD_D1, PAD_H, PAD_W,
     sdyn, sdyc, sdyd, sdyh, sdyw, swk, swc, swt, swr, sws, sdxn, sdxc, sdxd, sdxh, sdxw,
-    TD: tl.constexpr, R: tl.constexpr, S: tl.constexpr,
+    TD: tl.constexpr, R: tl.constexpr, S: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     ROW_VEC: tl.constexpr, INTERPRET: tl.constexpr,
 ):
@@ -51,6 +54,7 @@ def conv_shuffle_bwd_data(
         acc = mma(a, b, acc, INTERPRET)
         dy_tile += BLOCK_K * sdyc
         w_tile += BLOCK_K * swk
+    acc = add_bias_and_activate(acc, bias_ptr + g * C_G, c, n_ok, HAS_BIAS, ACTIVATION)
     result = cast_for_store(acc, dx_ptr, INTERPRET)
 
     # dx's coordinates of each element, each bound 0 <= coordinate < size as one unsigned comparison

@@ -1,6 +1,6 @@
 """Plan of ``bwd_data_shuffle`` (kernels/shuffle.py): the data gradient of a layer whose filter equals its stride
 (the transposed convolution of a UNet up-convolution) as one GEMM over ``dy``'s pixels, ``N`` = taps x channels,
-stored through a pixel shuffle."""
+stored through a pixel shuffle, with a transposed convolution's bias and activation where the problem has them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from conv_core.problem import ConvProblem
 
 from ..configs import ArchTable, TileConfig
 from ..kernels.shuffle import conv_shuffle_bwd_data
-from .common import (Plan, cdiv, depth_scalars, named, row_vector, strides_ncdhw, tile_constexprs, tiled_launch,
-                     weight_scalars)
+from .common import (Plan, cdiv, depth_scalars, epilogue, named, row_vector, strides_ncdhw, tile_constexprs,
+                     tiled_launch, weight_scalars)
 
 
 KERNEL = "bwd_data_shuffle"
@@ -41,20 +41,25 @@ def uncovered(g: Geometry) -> bool:
 CHANNELS_FIRST_ELEMENTS_PER_WARP = 1024
 
 
-def fitted(config: TileConfig, layout: str) -> TileConfig:
+def fitted(config: TileConfig, layout: str, epilogue: bool = False) -> TileConfig:
     """``config``, with warps enough for a channels-first tile's scattered stores
-    (:data:`CHANNELS_FIRST_ELEMENTS_PER_WARP`)."""
+    (:data:`CHANNELS_FIRST_ELEMENTS_PER_WARP`); with a transposed convolution's epilogue, whose activation needs
+    registers of its own, narrower where 8 warps are not enough (a 128 x 128 tile with gelu spilled on gfx1201)."""
     if layout != "channels_first":
         return config
-    warps = config.num_warps
-    while config.block_m * config.block_n > CHANNELS_FIRST_ELEMENTS_PER_WARP * warps and warps < 8:
+    warps, block_n = config.num_warps, config.block_n
+    while config.block_m * block_n > CHANNELS_FIRST_ELEMENTS_PER_WARP * warps and warps < 8:
         warps *= 2
-    return config if warps == config.num_warps else dataclasses.replace(config, num_warps=warps)
+    while epilogue and config.block_m * block_n > CHANNELS_FIRST_ELEMENTS_PER_WARP * warps and block_n > 16:
+        block_n //= 2
+    if (warps, block_n) == (config.num_warps, config.block_n):
+        return config
+    return dataclasses.replace(config, num_warps=warps, block_n=block_n)
 
 
 def shuffle_bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> Plan:
     g = Geometry.of(problem)
-    config = fitted(config, problem.layout)
+    config = fitted(config, problem.layout, problem.transposed_epilogue)
     depth = depth_scalars(g)
     scalars = dict(BATCH=g.batch, OD=g.od, P=g.p, Q=g.q, K_G=g.cout, C_G=g.cin, D=g.d, H=g.h, W=g.w,
                    PAD_D1=depth["PAD_D1"], PAD_H=g.pad[0], PAD_W=g.pad[1],
@@ -62,8 +67,9 @@ def shuffle_bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab:
                    **named("sdx", strides_ncdhw(problem.input_shape, problem.layout)))
     view = gemm_view(g)
     grid = (cdiv(view["m"], config.block_m) * cdiv(view["n"], config.block_n), g.groups)
-    pointers = dict(dy_ptr="a", w_ptr="b", dx_ptr="out")
-    constexprs = {"TD": g.t, "R": g.r, "S": g.s, **tile_constexprs(config), "GROUP_M": config.group_m,
+    pointers = dict(dy_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", dx_ptr="out")
+    constexprs = {"TD": g.t, "R": g.r, "S": g.s, **epilogue(problem), **tile_constexprs(config),
+                  "GROUP_M": config.group_m,
                   "ROW_VEC": row_vector(problem.layout, g.q)}
     launch = tiled_launch(conv_shuffle_bwd_data, grid, pointers, scalars, constexprs, config)
     return Plan(kernel, config, 1, (launch,), zero="out" if uncovered(g) else None)
