@@ -62,8 +62,9 @@ class Candidate:
     and dtypes (``fwd``: input, weight; ``bwd_data``: grad_output, weight;
     ``bwd_weight``: input, grad_output), plus ``bias`` (None where the problem
     has none) for a forward problem and a data gradient with an epilogue
-    (:attr:`ConvProblem.transposed_epilogue`). It returns the result (shape ``problem.result_shape``, dtype
-    ``problem.result_dtype``, dense in ``problem.layout``). When ``out`` is
+    (:attr:`ConvProblem.transposed_epilogue`). It returns the result (shape
+    ``problem.result_shape``, dtype ``problem.result_dtype``, dense in
+    ``problem.layout``). When ``out`` is
     given it must write every element of ``out`` and return it; the
     conformance kit passes a poisoned ``out`` to prove that.
 

@@ -132,7 +132,6 @@ class _Runner:
             return out
         return to_layout(result, self.problem.layout)
 
-
     def activated(self, y: torch.Tensor) -> torch.Tensor:
         activation = self.problem.activation
         return y if activation is None else activations.ACTIVATIONS[activation](y)

@@ -41,7 +41,7 @@ def uncovered(g: Geometry) -> bool:
 CHANNELS_FIRST_ELEMENTS_PER_WARP = 1024
 
 
-def fitted(config: TileConfig, layout: str, epilogue: bool = False) -> TileConfig:
+def fitted(config: TileConfig, layout: str, fused: bool = False) -> TileConfig:
     """``config``, with warps enough for a channels-first tile's scattered stores
     (:data:`CHANNELS_FIRST_ELEMENTS_PER_WARP`); with a transposed convolution's epilogue, whose activation needs
     registers of its own, narrower where 8 warps are not enough (a 128 x 128 tile with gelu spilled on gfx1201)."""
@@ -50,7 +50,7 @@ def fitted(config: TileConfig, layout: str, epilogue: bool = False) -> TileConfi
     warps, block_n = config.num_warps, config.block_n
     while config.block_m * block_n > CHANNELS_FIRST_ELEMENTS_PER_WARP * warps and warps < 8:
         warps *= 2
-    while epilogue and config.block_m * block_n > CHANNELS_FIRST_ELEMENTS_PER_WARP * warps and block_n > 16:
+    while fused and config.block_m * block_n > CHANNELS_FIRST_ELEMENTS_PER_WARP * warps and block_n > 16:
         block_n //= 2
     if (warps, block_n) == (config.num_warps, config.block_n):
         return config
@@ -69,7 +69,6 @@ def shuffle_bwd_data(problem: ConvProblem, kernel: str, config: TileConfig, tab:
     grid = (cdiv(view["m"], config.block_m) * cdiv(view["n"], config.block_n), g.groups)
     pointers = dict(dy_ptr="a", w_ptr="b", bias_ptr="bias" if problem.bias else "out", dx_ptr="out")
     constexprs = {"TD": g.t, "R": g.r, "S": g.s, **epilogue(problem), **tile_constexprs(config),
-                  "GROUP_M": config.group_m,
-                  "ROW_VEC": row_vector(problem.layout, g.q)}
+                  "GROUP_M": config.group_m, "ROW_VEC": row_vector(problem.layout, g.q)}
     launch = tiled_launch(conv_shuffle_bwd_data, grid, pointers, scalars, constexprs, config)
     return Plan(kernel, config, 1, (launch,), zero="out" if uncovered(g) else None)
