@@ -512,6 +512,18 @@ def full_way(monkeypatch) -> list:
     return counted_calls(monkeypatch, "convolve")
 
 
+def test_a_fused_convolution_run_on_several_shapes_keeps_a_memo_for_each(full_way):
+    """A detection head runs one convolution on every pyramid level: each shape takes the full way once, then its
+    memo, whatever ran in between (a memo of the last call alone missed on every level)."""
+    ref, fused = pair(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()))
+    levels = [images()[:, :, :size, :size].contiguous() for size in (8, 6, 5)]
+    with torch.no_grad():
+        for _ in range(3):
+            for x in levels:
+                torch.testing.assert_close(fused(x), ref(x))
+    assert len(full_way) == len(levels)
+
+
 def test_a_repeated_fused_call_runs_from_its_memo_until_something_it_read_changes(full_way):
     """The memo serves a call of the same signature with nothing changed; each change below (in-place writes, a
     new parameter, another dtype, another shape or layout, an engine reset, gradients, training mode) sends the
