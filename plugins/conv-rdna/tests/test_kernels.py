@@ -167,12 +167,14 @@ def test_bwd_data_shuffle_applies_a_transposed_convolutions_epilogue(bias, activ
     check(bare.replace(bias=bias, activation=activation), "bwd_data_shuffle")
 
 
-def test_a_channels_first_tile_with_an_epilogue_is_narrowed_to_fit():
-    """Eight warps at most for a scattered channels-first store; with an activation besides, fewer columns."""
+def test_a_tile_with_an_epilogue_is_narrowed_to_fit():
+    """Eight warps at most for a scattered channels-first store; with an activation besides, in either layout,
+    fewer columns."""
     big = configs.TileConfig(128, 128, 32, 8, 4, 1)
     assert shuffle.fitted(big, "channels_first") == dataclasses.replace(big, num_warps=8)
-    assert shuffle.fitted(big, "channels_first", True) == dataclasses.replace(big, num_warps=8, block_n=64)
-    assert shuffle.fitted(big, "channels_last", True) is big
+    assert shuffle.fitted(big, "channels_last") is big
+    for layout in LAYOUTS:
+        assert shuffle.fitted(big, layout, True) == dataclasses.replace(big, num_warps=8, block_n=64)
     bare = fwd(dtype="float16", layout="channels_first", **SHUFFLE["k2s2-c5k20"]).with_direction("bwd_data")
     p, _, _ = check(bare.replace(bias=True, activation="gelu"), "bwd_data_shuffle", big)
     assert (p.config.block_n, p.config.num_warps) == (64, 8)

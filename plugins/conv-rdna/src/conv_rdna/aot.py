@@ -73,8 +73,12 @@ ASYNC_COPY_PATTERN = r"\bcp\.async\.c[ag]\.shared\.global\b"
 #: but for the sizes, ``kernels.common.SIZES``): 1D problems (height stride 0) with few and many channels, a
 #: unit-channel image row (strides of 1), a 1x1 filter with stride 2; they are compiled once per kernel and
 #: target, with the configuration the table picks for them.
+#: ``mid`` with a transposed convolution's epilogue, for the data-gradient kernels that apply one: every
+#: configuration is compiled both ways (the epilogue narrows some tiles, ``plans.shuffle.fitted``).
+EPILOGUE_SHAPE = "mid-epilogue"
 SHAPES = {
     "mid": dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), filter_size=3, padding=1),
+    EPILOGUE_SHAPE: dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), filter_size=3, padding=1),
     "conv1d": dict(batch=2, in_channels=8, out_channels=8, input_size=(30,), filter_size=3, stride=2, padding=1),
     "conv1d-wide": dict(batch=4, in_channels=256, out_channels=256, input_size=(64,), filter_size=3, padding=1),
     "unit": dict(batch=1, in_channels=1, out_channels=1, input_size=(1, 30), filter_size=(1, 3)),
@@ -121,7 +125,8 @@ EDGE_SHAPES = {"conv1d": ("float16", "channels_last"), "conv1d-wide": ("bfloat16
 #: The kernels whose tile rows are channels-first pixels (``PIX_VEC``).
 PIXEL_VECTOR_KERNELS = ("gemm1x1", *names(CHANNELS_FIRST))
 #: Edge shapes compiled for some kernels only.
-SHAPE_KERNELS = {PIXEL_VECTOR_SHAPE: PIXEL_VECTOR_KERNELS, "3x3-s2": names(CHANNELS_FIRST),
+SHAPE_KERNELS = {EPILOGUE_SHAPE: tuple(e.name for e in REGISTRY if e.transposed_epilogue),
+                 PIXEL_VECTOR_SHAPE: PIXEL_VECTOR_KERNELS, "3x3-s2": names(CHANNELS_FIRST),
                  PIPELINED_SHAPE: names(CHANNELS_FIRST), "grouped-c4": names(GROUPED), "grouped-c32": names(GROUPED)}
 #: Channels per group of the grouped kernels on the other geometries (``mid``: 16 groups of 4, which every
 #: configuration's tile holds, several groups a tile).
@@ -182,8 +187,8 @@ FORWARD_KERNELS = tuple(e.name for e in REGISTRY.for_direction("fwd") if e.name 
 
 
 def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shape: str = "mid") -> ConvProblem | None:
-    """The problem of geometry ``shape`` in the kernel's direction (forward, and a data gradient that takes a
-    transposed convolution's epilogue: with bias and gelu);
+    """The problem of geometry ``shape`` in the kernel's direction (forward: with bias and gelu; a data gradient on
+    :data:`EPILOGUE_SHAPE`: with a transposed convolution's bias and gelu);
     None if the kernel does not apply (``gemm1x1`` takes the geometry with a 1x1 filter, stride 1)."""
     depthwise = kernel in names(DEPTHWISE)
     if shape.startswith("dw") and not depthwise:
@@ -229,9 +234,9 @@ def representative_problem(kernel: str, dtype: str, layout: str, arch: str, shap
     problem = problem.with_direction(REGISTRY[kernel].directions[0])
     if kernel in FEW_CHANNELS and kernel not in few_channels.few_channels_kernels(problem):  # stride-2 data gradients
         return None
-    if REGISTRY[kernel].transposed_epilogue:  # with its epilogue, as the forward kernels, where it takes one
+    if shape == EPILOGUE_SHAPE:  # a transposed convolution's epilogue: with bias and gelu, as the forward kernels
         fused = problem.replace(bias=True, activation="gelu")
-        return fused if REGISTRY[kernel].issue(fused) is None else problem
+        return fused if REGISTRY[kernel].issue(fused) is None else None
     return problem
 
 
@@ -284,7 +289,7 @@ def specialized_jobs(targets=tuple(TARGETS), table=None, plan=make_plan, dtypes:
             for config, reached in configs.reachable_dtypes(tab, family, dtypes).items():
                 for dtype in reached:
                     for layout in ("channels_last", "channels_first"):
-                        shapes = ["mid"]
+                        shapes = ["mid", EPILOGUE_SHAPE] if REGISTRY[kernel].transposed_epilogue else ["mid"]
                         if kernel in names(DEPTHWISE):  # none: never chosen for this dtype and layout
                             shapes = _depthwise_shapes(target, tab, kernel, config, dtype, layout)
                         for shape in shapes:

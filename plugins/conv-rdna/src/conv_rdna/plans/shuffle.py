@@ -36,21 +36,23 @@ def uncovered(g: Geometry) -> bool:
     return g.d > g.od * g.t - g.pad_d or g.h > g.p * g.r - g.pad[0] or g.w > g.q * g.s - g.pad[1]
 
 
-#: Most tile elements per warp of a channels-first shuffle: its stores scatter element by element, each with an
-#: address of its own, and a 128 x 64 tile on 4 warps spilled on gfx1201 (256 VGPRs); such tiles get more warps.
-CHANNELS_FIRST_ELEMENTS_PER_WARP = 1024
+#: Most tile elements per warp of a channels-first shuffle, and of a shuffle with a transposed convolution's
+#: epilogue in either layout: a channels-first tile's stores scatter element by element, each with an address of
+#: its own (a 128 x 64 tile on 4 warps spilled on gfx1201, 256 VGPRs), and an activation needs registers of its own
+#: (128 x 128 tiles on 8 warps with gelu spilled on gfx1100 and gfx1201). Such tiles get more warps, then fewer
+#: columns.
+ELEMENTS_PER_WARP = 1024
 
 
 def fitted(config: TileConfig, layout: str, fused: bool = False) -> TileConfig:
-    """``config``, with warps enough for a channels-first tile's scattered stores
-    (:data:`CHANNELS_FIRST_ELEMENTS_PER_WARP`); with a transposed convolution's epilogue, whose activation needs
-    registers of its own, narrower where 8 warps are not enough (a 128 x 128 tile with gelu spilled on gfx1201)."""
-    if layout != "channels_first":
+    """``config`` within :data:`ELEMENTS_PER_WARP` where that applies (channels-first, or ``fused`` with an
+    epilogue): up to 8 warps, then, with an epilogue, narrower."""
+    if layout != "channels_first" and not fused:
         return config
     warps, block_n = config.num_warps, config.block_n
-    while config.block_m * block_n > CHANNELS_FIRST_ELEMENTS_PER_WARP * warps and warps < 8:
+    while config.block_m * block_n > ELEMENTS_PER_WARP * warps and warps < 8:
         warps *= 2
-    while fused and config.block_m * block_n > CHANNELS_FIRST_ELEMENTS_PER_WARP * warps and block_n > 16:
+    while fused and config.block_m * block_n > ELEMENTS_PER_WARP * warps and block_n > 16:
         block_n //= 2
     if (warps, block_n) == (config.num_warps, config.block_n):
         return config
