@@ -64,6 +64,9 @@ PIPELINED_SHAPE = "1x1-16x16"
 #: The 3D edge shape: the kernels with a depth axis compiled with the depth sizes as arguments (in 1D/2D the JIT
 #: compiles them in as the constant 1).
 VOLUME_SHAPE = "3d"
+#: ``mid`` with a transposed convolution's epilogue, for the data-gradient kernels that apply one: every
+#: configuration is compiled both ways (the epilogue narrows some tiles, ``plans.shuffle.fitted``).
+EPILOGUE_SHAPE = "mid-epilogue"
 #: A global-to-shared asynchronous copy in NVIDIA PTX: a launch that takes the pipelined loop must issue them.
 ASYNC_COPY_PATTERN = r"\bcp\.async\.c[ag]\.shared\.global\b"
 
@@ -73,9 +76,6 @@ ASYNC_COPY_PATTERN = r"\bcp\.async\.c[ag]\.shared\.global\b"
 #: but for the sizes, ``kernels.common.SIZES``): 1D problems (height stride 0) with few and many channels, a
 #: unit-channel image row (strides of 1), a 1x1 filter with stride 2; they are compiled once per kernel and
 #: target, with the configuration the table picks for them.
-#: ``mid`` with a transposed convolution's epilogue, for the data-gradient kernels that apply one: every
-#: configuration is compiled both ways (the epilogue narrows some tiles, ``plans.shuffle.fitted``).
-EPILOGUE_SHAPE = "mid-epilogue"
 SHAPES = {
     "mid": dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), filter_size=3, padding=1),
     EPILOGUE_SHAPE: dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), filter_size=3, padding=1),
