@@ -78,7 +78,6 @@ ASYNC_COPY_PATTERN = r"\bcp\.async\.c[ag]\.shared\.global\b"
 #: target, with the configuration the table picks for them.
 SHAPES = {
     "mid": dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), filter_size=3, padding=1),
-    EPILOGUE_SHAPE: dict(batch=8, in_channels=64, out_channels=64, input_size=(32, 32), filter_size=3, padding=1),
     "conv1d": dict(batch=2, in_channels=8, out_channels=8, input_size=(30,), filter_size=3, stride=2, padding=1),
     "conv1d-wide": dict(batch=4, in_channels=256, out_channels=256, input_size=(64,), filter_size=3, padding=1),
     "unit": dict(batch=1, in_channels=1, out_channels=1, input_size=(1, 30), filter_size=(1, 3)),
@@ -108,6 +107,7 @@ SHAPES = {
     "wino-b1": dict(batch=1, in_channels=128, out_channels=192, input_size=(30, 29), filter_size=3,
                     padding=((0, 1), (1, 0))),
 }
+SHAPES[EPILOGUE_SHAPE] = SHAPES["mid"]
 #: Geometries the depthwise kernels' configurations are compiled on: for each configuration, dtype and
 #: layout, every one whose table choice is that configuration (so a 7x7 weight-gradient bucket is
 #: compiled with 49 taps, a bucket for one layout only in that layout, and a forward configuration both
