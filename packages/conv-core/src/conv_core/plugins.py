@@ -191,10 +191,11 @@ class Registry:
                 continue
             offered = [i for i in items if isinstance(i, Candidate)]
             if problem.transposed_epilogue:
-                offered = [c for c in offered if "transposed_epilogue" in c.tags]
-                if not offered and items:
+                applying = [c for c in offered if "transposed_epilogue" in c.tags]
+                if offered and not applying:
                     declined.append(Declined(backend.name, "no candidate tagged transposed_epilogue for a data "
                                                            "gradient with bias or activation"))
+                offered = applying
             found.extend(offered)
             declined.extend(i for i in items if isinstance(i, Declined))
             if not items:
