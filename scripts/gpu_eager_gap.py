@@ -13,6 +13,9 @@ is slowed by the path around the kernels; one that loses wall but not host time,
 - ``conv_aten``: the same with every layer held to aten (``backend="aten"``): only the path around ``F.conv*d``;
 - ``wrapped``: plain with each convolution's forward behind one extra Python function (what one frame costs);
 - ``native``: plain with each 2D convolution's forward replaced by the ``torch.conv2d`` call a direct route makes;
+- ``cudnn``: plain with each 2D convolution's forward calling ``torch.cudnn_convolution`` itself (no gradient);
+- ``fx_fold`` / ``fx_fold_relu``: plain with batch norms folded by ``torch.fx`` (torch's ``fuse``) / and each
+  convolution + ReLU as one ``torch.cudnn_convolution_relu`` call (what cuDNN's fused operator saves);
 - ``keyed``: ``native`` behind the eager path's 17-field key and one dictionary lookup;
 - ``memo_full`` / ``memo_shape``: ``native`` behind a per-module memo checking shape, strides, dtype and grad
   mode / the shape alone.
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import operator
 import statistics
 import time
 from collections import Counter
@@ -75,6 +79,67 @@ def variants(base, config):
                 w, b, args = module.weight, module.bias, (module.stride[0], module.padding[0], module.dilation[0])
                 module.forward = lambda x, _w=w, _b=b, _a=args, _g=module.groups: torch.conv2d(x, _w, _b, *_a, _g)
         return model
+
+    def cudnn():
+        """Plain with each 2D convolution's forward calling cuDNN's operator itself (``torch.cudnn_convolution``,
+        the bias added after it as ``aten._convolution`` adds it): what ``F.conv2d``'s dispatch to it costs."""
+        model = builders["plain"]()
+        flags = torch.backends.cudnn
+        for _, module in convolution_modules(model):
+            if type(module) is torch.nn.Conv2d and module.padding_mode == "zeros":
+                def forward(x, _m=module, _w=module.weight, _b=module.bias):
+                    y = torch.cudnn_convolution(x, _w, _m.padding, _m.stride, _m.dilation, _m.groups,
+                                                flags.benchmark, flags.deterministic, flags.allow_tf32)
+                    return y if _b is None else y.add_(_b.view(1, -1, 1, 1))
+                module.forward = forward
+        return model
+
+    def fx_fold():
+        """Plain traced by ``torch.fx`` with each batch norm folded into its convolution (torch's own
+        ``fuse``): the fused model's convolutions, each then a separate activation."""
+        from torch.fx.experimental.optimization import fuse
+
+        return fuse(builders["plain"]().eval())
+
+    def fx_fold_relu():
+        """``fx_fold`` with each convolution that feeds only a ReLU called as cuDNN's fused convolution + bias +
+        ReLU (``torch.cudnn_convolution_relu``): one call where ``fx_fold`` makes two; and one that feeds only a
+        residual add feeding only a ReLU as ``torch.cudnn_convolution_add_relu``: one call for three."""
+        traced = fx_fold()
+        modules = dict(traced.named_modules())
+
+        def is_relu(node) -> bool:
+            return ((node.op == "call_module" and type(modules.get(node.target)) is torch.nn.ReLU)
+                    or (node.op == "call_function" and node.target in (torch.relu, torch.nn.functional.relu)))
+        for node in list(traced.graph.nodes):
+            conv = modules.get(node.target) if node.op == "call_module" else None
+            users = list(node.users)
+            if type(conv) is not torch.nn.Conv2d or conv.padding_mode != "zeros" or len(users) != 1:
+                continue
+            add, z = None, None
+            if (users[0].op == "call_function" and users[0].target in (operator.add, operator.iadd, torch.add)
+                    and len(users[0].args) == 2 and not users[0].kwargs and len(users[0].users) == 1):
+                add, z = users[0], next(a for a in users[0].args if a is not node)
+                users = list(add.users)
+            relu = users[0]
+            if not is_relu(relu) or (add is not None and not isinstance(z, torch.fx.Node)):
+                continue
+            with traced.graph.inserting_after(node):
+                weight = traced.graph.get_attr(f"{node.target}.weight")
+                bias = traced.graph.get_attr(f"{node.target}.bias") if conv.bias is not None else None
+            geometry = (conv.stride, conv.padding, conv.dilation, conv.groups)
+            with traced.graph.inserting_after(relu):
+                fused = (traced.graph.call_function(torch.cudnn_convolution_relu, (node.args[0], weight, bias,
+                                                                                   *geometry)) if add is None
+                         else traced.graph.call_function(torch.cudnn_convolution_add_relu, (
+                             node.args[0], weight, z, 1.0, bias, *geometry)))
+            relu.replace_all_uses_with(fused)
+            for done in (relu, add, node):
+                if done is not None:
+                    traced.graph.erase_node(done)
+        traced.graph.lint()
+        traced.recompile()
+        return traced
 
     def keyed():
         """``native`` behind the eager path's key (the same tuple) and one dictionary lookup."""
@@ -128,7 +193,7 @@ def variants(base, config):
         return model
 
     return {"plain": builders["plain"], "conv": builders["conv"], "conv_aten": conv_aten, "wrapped": wrapped,
-            "native": native, "keyed": keyed,
+            "native": native, "cudnn": cudnn, "fx_fold": fx_fold, "fx_fold_relu": fx_fold_relu, "keyed": keyed,
             "memo_full": memo_full, "memo_shape": memo_shape}
 
 
@@ -316,7 +381,8 @@ def per_layer(models, x, rounds: int, steps: int) -> dict:
 
 
 BY_TYPE = PER_LAYER = GC = OPS = False
-VARIANTS = ("plain", "conv", "conv_aten", "wrapped", "native", "keyed", "memo_full", "memo_shape")
+VARIANTS = ("plain", "conv", "conv_aten", "wrapped", "native", "cudnn", "fx_fold", "fx_fold_relu", "keyed",
+            "memo_full", "memo_shape")
 
 
 def one_step(model, x):
@@ -381,6 +447,10 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
         for model in models.values():
             for _ in range(5):
                 one_step(model, x)
+        with torch.no_grad():
+            expected = models["plain"](x).float()
+            errors = {label: ((model(x).float() - expected).abs().max() / expected.abs().max()).item()
+                      for label, model in models.items()}
         host = {label: [] for label in models}
         wall = {label: [] for label in models}
         for _ in range(rounds):
@@ -407,7 +477,7 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
                 no_gc[label].append(one_step(models[label], x)[0])
         gc.enable()
     record = {"model": name, "batch": spec.default_batch, "host_ms": host, "wall_ms": wall, "kernels": {},
-              "full_way_calls_per_step": full_way,
+              "full_way_calls_per_step": full_way, "error_vs_plain": errors,
               "interleaved_host_ms": {k: statistics.median(v) for k, v in interleaved.items()},
               "no_gc_host_ms": {k: statistics.median(v) for k, v in no_gc.items()}}
     first = len(report)
@@ -419,6 +489,8 @@ def gap(name: str, rounds: int, steps: int, report: list[str]) -> dict:
                       f"wall {w:7.3f} ms ({min(wall[label]):.3f}-{max(wall[label]):.3f})  "
                       f"kernels {sum(profiles[label][0].values())}, "
                       f"GPU {sum(profiles[label][1].values()) / 1e3:.3f} ms")
+    report.append("  output against plain's, max |y - y_plain| / max |y_plain|: " + ", ".join(
+        f"{k} {v:.2g}" for k, v in errors.items()))
     report.append(f"  calls per step that took the full way (conv_core.functional.convolution): {full_way}, of "
                   f"{len(convolution_modules(base))} convolution modules")
     report.append(f"  interleaved single steps ({steps * rounds} each), host ms median: " + ", ".join(
