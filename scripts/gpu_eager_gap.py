@@ -9,7 +9,7 @@ empty, so no launch waits for the GPU), ``wall`` the time until the GPU is done.
 is slowed by the path around the kernels; one that loses wall but not host time, by its GPU work. Variants:
 
 - ``plain``: the model as torch runs it (``cudnn.benchmark = True``);
-- ``conv``: ``conv_core.convert(plain)``;
+- ``conv``: ``conv_core.convert(plain)``; ``fused``: the same fused for inference (``optimize_for_inference``);
 - ``conv_aten``: the same with every layer held to aten (``backend="aten"``): only the path around ``F.conv*d``;
 - ``wrapped``: plain with each convolution's forward behind one extra Python function (what one frame costs);
 - ``native``: plain with each 2D convolution's forward replaced by the ``torch.conv2d`` call a direct route makes;
@@ -192,7 +192,8 @@ def variants(base, config):
                 module.forward = forward
         return model
 
-    return {"plain": builders["plain"], "conv": builders["conv"], "conv_aten": conv_aten, "wrapped": wrapped,
+    return {"plain": builders["plain"], "conv": builders["conv"], "fused": builders["fused"], "conv_aten": conv_aten,
+            "wrapped": wrapped,
             "native": native, "cudnn": cudnn, "fx_fold": fx_fold, "fx_fold_relu": fx_fold_relu, "keyed": keyed,
             "memo_full": memo_full, "memo_shape": memo_shape}
 
@@ -381,7 +382,7 @@ def per_layer(models, x, rounds: int, steps: int) -> dict:
 
 
 BY_TYPE = PER_LAYER = GC = OPS = False
-VARIANTS = ("plain", "conv", "conv_aten", "wrapped", "native", "cudnn", "fx_fold", "fx_fold_relu", "keyed",
+VARIANTS = ("plain", "conv", "fused", "conv_aten", "wrapped", "native", "cudnn", "fx_fold", "fx_fold_relu", "keyed",
             "memo_full", "memo_shape")
 
 
