@@ -16,6 +16,7 @@ import torch
 
 from conv_core import BackendInfo, Candidate, ConvProblem, hookimpl
 from conv_core import engine as engine_module
+from conv_core import ranking as ranking_module
 from conv_core.backends import aten
 from conv_core.cli import main
 from conv_core.engine import Engine
@@ -389,9 +390,11 @@ class Several(Counting):
 
 def test_first_use_times_only_the_best_estimated_candidates_that_could_win(tmp_path, monkeypatch):
     """aten is timed first (ATEN_US here); of each backend, only the FIRST_USE_PER_BACKEND best estimates within
-    FIRST_USE_SLACK of aten's time are timed, and a second engine replays exactly those from the store."""
-    from conv_core.ranking import FIRST_USE_PER_BACKEND, FIRST_USE_SLACK
+    FIRST_USE_SLACK of aten's time are timed (two here, to see the order), and a second engine replays exactly
+    those from the store."""
+    from conv_core.ranking import FIRST_USE_SLACK
 
+    monkeypatch.setattr(ranking_module, "FIRST_USE_PER_BACKEND", 2)
     timed_ids = []
 
     def fake_median(fn, device, warmup, reps):
@@ -404,7 +407,6 @@ def test_first_use_times_only_the_best_estimated_candidates_that_could_win(tmp_p
     two = Several("two", [hopeless, 50.0])
     store = tmp_path / "first-use"
     ranking = make_engine(store, one, two, trust_estimates=False).ranking(PROBLEM, CPU)
-    assert FIRST_USE_PER_BACKEND == 2
     assert len(timed_ids) == 1 + 2 + 1  # aten, one's two best (c1, c2), two's c1
     sources = {r.kernel_id: r.source for r in ranking.ranked}
     assert {k for k, s in sources.items() if s == "benchmark"} == {
@@ -433,6 +435,7 @@ def test_the_plugins_worth_timing_are_first_run_together_before_they_are_timed(t
 
     monkeypatch.setattr(engine_module, "median_us", fake_median)
     monkeypatch.setattr(engine_module, "first_runs_together", together)
+    monkeypatch.setattr(ranking_module, "FIRST_USE_PER_BACKEND", 2)
     one = Several("one", [30.0, 10.0, 20.0, 1e9])
     store = tmp_path / "first-use"
     make_engine(store, one, trust_estimates=False).ranking(PROBLEM, CPU)

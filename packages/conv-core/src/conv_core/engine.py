@@ -208,7 +208,7 @@ class Engine:
         """Opt-in first-use timing: (times, failures) by kernel id, and whether a failure was transient (out of
         memory); a candidate that fails is not ranked. ``known`` holds measured times of candidates not timed
         here (aten's among them); which candidates are timed: :meth:`_time_in_turn`."""
-        operands = random_operands(problem, device, seed=0)
+        operands = random_operands(problem, device, seed=0, on_device=True)
         transient = False
 
         def timed(c: Candidate) -> tuple[float | None, str | None]:

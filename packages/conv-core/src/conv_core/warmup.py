@@ -89,7 +89,7 @@ def warmup(problems: Iterable[tuple[str, ConvProblem]], device: torch.device, *,
     for name, problem in in_directions(problems, directions, transposed):
         started = time.perf_counter()
         ranking = engine.ranking(problem, device)
-        engine.execute(ranking, random_operands(problem, device, seed=0))
+        engine.execute(ranking, random_operands(problem, device, seed=0, on_device=True))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         done.append(WarmedUp(name, problem, ranking.ranked[0].candidate.kernel_id, time.perf_counter() - started))
