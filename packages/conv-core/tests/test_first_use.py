@@ -24,6 +24,7 @@ from conv_core.first_use import FORMAT, FirstUseStore, Measured, entry_key, scop
 from conv_core.plugins import Registry
 from conv_core.ranking import PLUGIN_HOST_US
 from conv_core.settings import Settings
+from conv_core.testing.fakes import prove_faster
 
 CPU = torch.device("cpu")
 PROBLEM = ConvProblem("fwd", 2, 4, 6, (8, 8), (3, 3), 1, 1, 1)
@@ -414,6 +415,18 @@ def test_first_use_times_only_the_best_estimated_candidates_that_could_win(tmp_p
 
     again = make_engine(store, one, two, trust_estimates=False).ranking(PROBLEM, CPU)
     assert len(timed_ids) == 4 and order(again) == order(ranking)  # replayed, nothing timed again
+
+
+def test_aten_is_timed_on_a_fused_problem_whose_measured_time_is_the_bare_problems(tmp_path, monkeypatch):
+    """A table's time of the problem without its epilogue spares a plugin its timing, not aten: aten compiles
+    nothing, and its epilogue is launches of its own, which its time on the problem itself counts."""
+    timed = []
+    monkeypatch.setattr(engine_module, "median_us", lambda fn, device, warmup, reps: timed.append(fn) or 77.0)
+    engine = make_engine(tmp_path / "first-use")
+    prove_faster(engine, [PROBLEM], [], aten_us=50.0)
+    best = engine.ranking(PROBLEM.replace(bias=True, activation="relu"), CPU).best
+    assert (best.kernel_id, best.us, best.source) == ("aten:native:default", 77.0, "benchmark")
+    assert len(timed) == 1 and engine.ranking(PROBLEM, CPU).best.source.startswith("tuning-db")
 
 
 # ---- first runs side by side ---------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ from .errors import ConvArgumentError
 from .first_use import FirstUseStore, Measured, entry_key, scope
 from .plugins import Registry
 from .problem import ConvProblem
-from .ranking import BASELINE_BACKEND, Ranked, Ranking, measured_time, nondeterministic, rank, worth_timing
+from .ranking import (BASELINE_BACKEND, Ranked, Ranking, is_bare, measured_time, nondeterministic, rank,
+                      worth_timing)
 from .reference import random_operands
 from .settings import Settings
 from .timing import first_runs_together, is_capturing, median_us
@@ -158,11 +159,12 @@ class Engine:
                     candidates: list[Candidate]) -> tuple[list[Candidate], dict[str, float]]:
         """The candidates first-use timing must time, and the measured times (tuning database, shipped tables) of
         the others by kernel id: a measured time outranks a first-use one (:mod:`conv_core.ranking`), so timing
-        such a candidate would only cost its compilation and the user's wait."""
+        such a candidate would only cost its compilation and the user's wait. Except aten's time of the problem
+        without its epilogue: aten compiles nothing, and its epilogue is launches of its own (timed with them)."""
         timings, todo, known = self.timings(device), [], {}
         for c in candidates:
             found = measured_time(timings, problem, c.kernel_id)
-            if found is None:
+            if found is None or (c.backend == BASELINE_BACKEND and is_bare(found)):
                 todo.append(c)
             elif found.status == "ok":
                 known[c.kernel_id] = found.us

@@ -4,7 +4,8 @@ Each candidate gets one expected time, from the best source there is:
 
 1. ``tuning-db``: measured on this device by ``conv-core tune`` (same backend version);
 2. ``table:<backend>``: measured by a backend's authors on this architecture, shipped as data;
-3. ``benchmark``: timed on first use, only when the user turned that on;
+3. ``benchmark``: timed on first use, only when the user turned that on (ahead of a table's time of the
+   problem without its epilogue: first use timed the problem itself);
 4. ``estimate``: the candidate's own prediction.
 
 Candidates are then ordered by (experimental last, non-deterministic last,
@@ -116,7 +117,15 @@ def measured_time(timings: Timings, problem: ConvProblem, kernel_id: str):
     if found is not None or not (problem.bias or problem.activation):
         return found
     bare = timings.get(problem.replace(bias=False, activation=None).key, kernel_id)
-    return bare if bare is None else Timing(bare.us, bare.status, f"{bare.source} (no epilogue)")
+    return bare if bare is None else Timing(bare.us, bare.status, f"{bare.source}{BARE}")
+
+
+BARE = " (no epilogue)"
+
+
+def is_bare(timing: Timing) -> bool:
+    """Whether ``timing`` is the problem's without its epilogue (:func:`measured_time`)."""
+    return timing.source.endswith(BARE)
 
 
 def nondeterministic(candidate: Candidate) -> bool:
@@ -140,12 +149,12 @@ def rank(problem: ConvProblem, candidates: list[Candidate], declined: list[Decli
             excluded.append((c.kernel_id, "non-deterministic (atomics) while torch.use_deterministic_algorithms is on"))
             continue
         measured = measured_time(timings, problem, c.kernel_id)
-        if measured is not None and measured.status != "ok":
+        if benchmarked and c.kernel_id in benchmarked and (measured is None or is_bare(measured)):
+            ranked.append(Ranked(c, benchmarked[c.kernel_id], "benchmark"))  # this very problem, epilogue and all
+        elif measured is not None and measured.status != "ok":
             excluded.append((c.kernel_id, f"measured as {measured.status} ({measured.source})"))
         elif measured is not None:
             ranked.append(Ranked(c, measured.us, measured.source))
-        elif benchmarked and c.kernel_id in benchmarked:
-            ranked.append(Ranked(c, benchmarked[c.kernel_id], "benchmark"))
         else:
             ranked.append(Ranked(c, c.estimate_us, "estimate"))
 

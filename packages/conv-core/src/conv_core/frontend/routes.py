@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from .. import activations
 from ..arch import device_arch
+from ..backends import aten
 from .call import ConvArgs, problem_of_call
 from .call_cache import BackwardKey, OpKey, calls
 from ..engine import ANY_BACKEND, NoCandidateError, get_engine
@@ -68,6 +69,10 @@ class Route:
         self.x_dense, self.engine = x_dense, get_engine()
         #: ``F.conv*d`` itself then the activation: the eager entry makes this call inline (one frame less)
         self.native = self.direct
+        if not backward and padding is not None and ranking.best.kernel_id == aten.CUDNN_RELU_ID:
+            # cuDNN's fused operator called as the direct route calls F.conv*d (no autocast: not native)
+            self.direct, self.conv, self.activation = True, torch.cudnn_convolution_relu, None
+            self.conv_args = (args.stride, padding, args.dilation, args.groups)
 
     def run(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """The forward convolution with its epilogue (autograd only on the direct route)."""
