@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import pytest
 
 import conv_core
+from conv_core import functional
 from conv_core.backends import aten
 from conv_core.frontend.call import problem_of_tensors
 from conv_core.ranking import BARE, rank
@@ -35,7 +36,12 @@ def cudnn_here(monkeypatch):
         calls.append((tuple(stride), tuple(padding), tuple(dilation), groups))
         return torch.relu(F.conv2d(x, w, bias, stride, padding, dilation, groups))
 
+    def fused_add(x, w, z, alpha, bias, stride, padding, dilation, groups):
+        calls.append(("add", tuple(stride), tuple(padding), tuple(dilation), groups))
+        return torch.relu(F.conv2d(x, w, bias, stride, padding, dilation, groups) + alpha * z)
+
     monkeypatch.setattr(torch, "cudnn_convolution_relu", fused)
+    monkeypatch.setattr(torch, "cudnn_convolution_add_relu", fused_add)
     monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
     monkeypatch.setattr(torch.backends.cudnn, "enabled", True)
     monkeypatch.setattr(torch.version, "hip", None)
@@ -82,10 +88,12 @@ def test_it_calls_cudnns_operator_with_the_problems_geometry(cudnn_here):
     torch.testing.assert_close(y, torch.relu(F.conv2d(x, w, b, (2, 1), (1, 2), (1, 2), 2)))
 
 
-def test_the_operators_arguments_are_as_the_candidate_passes_them():
-    schema = torch.ops.aten.cudnn_convolution_relu.default._schema
-    assert [a.name for a in schema.arguments] == ["self", "weight", "bias", "stride", "padding", "dilation",
-                                                  "groups"]
+def test_the_operators_arguments_are_as_conv_core_passes_them():
+    names = {op: [a.name for a in getattr(torch.ops.aten, op).default._schema.arguments]
+             for op in ("cudnn_convolution_relu", "cudnn_convolution_add_relu")}
+    assert names == {"cudnn_convolution_relu": ["self", "weight", "bias", "stride", "padding", "dilation", "groups"],
+                     "cudnn_convolution_add_relu": ["self", "weight", "z", "alpha", "bias", "stride", "padding",
+                                                    "dilation", "groups"]}
 
 
 def test_it_runs_only_where_timed_faster_than_the_native_call(cudnn_here, monkeypatch):
@@ -133,3 +141,23 @@ def test_a_time_of_the_problem_itself_outranks_a_tables_time_of_it_without_its_e
     assert (ranked.us, ranked.source) == (80.0, "benchmark")
     ranked = rank(problem, [native], [], Bare()).best
     assert (ranked.us, ranked.source) == (50.0, f"table:aten{BARE}")
+
+
+def test_a_fused_residual_end_adds_in_cudnns_operator_where_its_relu_problem_runs_there(cudnn_here, monkeypatch):
+    """A Bottleneck's last convolution, batch norm, residual add and ReLU: one ``cudnn_convolution_add_relu`` call
+    where the engine runs that convolution with its ReLU as cuDNN's fused operator (proven faster here for it
+    alone), from the memo on the next call; its other convolutions, unproven, stay on ``F.conv2d``."""
+    from test_fuse import Bottleneck, pair
+
+    engine = use_backends(monkeypatch)
+    end = problem_of_tensors(torch.empty(2, 4, 6, 5), torch.empty(8, 4, 1, 1), torch.empty(8), activation="relu")
+    prove_faster(engine, [end], [aten.CUDNN_RELU_ID], aten_us=300.0, us=200.0)
+    ref, fused = pair(Bottleneck(8, 4), dtype=torch.float32)
+    x = torch.randn(2, 8, 6, 5)
+    full_way = []
+    ranked_route = functional.ranked_route
+    monkeypatch.setattr(functional, "ranked_route", lambda *args: full_way.append(1) or ranked_route(*args))
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(fused(x), ref(x))
+    assert cudnn_here == [("add", (1, 1), (0, 0), (1, 1), 1)] * 2 and full_way == [1]  # then from the memo

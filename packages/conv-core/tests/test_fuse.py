@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import copy
+import linecache
+import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import conv_core
-from conv_core.fusion import fold
+from conv_core.fusion import fold, fused_call
 from conv_core import nn as cnn
 
 ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "silu": nn.SiLU, "gelu": nn.GELU,
@@ -133,18 +136,55 @@ def test_bottleneck_fuses_only_what_the_graph_proves(fuse):
     x = images()
     with torch.no_grad():
         torch.testing.assert_close(fused(x), ref(x))
-    # unfused: 1 + 3 + 4 batch norms and 1 + 3 + 3 ReLU calls; fused: none but the ReLU after each residual add
-    assert calls == ["ReLU", "ReLU"]
+    # unfused: 1 + 3 + 4 batch norms and 1 + 3 + 3 ReLU calls; fused: none (each residual add and its ReLU
+    # are the end of its block's last convolution call)
+    assert calls == []
     assert sorted(fused_types(fused)) == ["FusedSequential", "FusedTinyResNet"]  # the downsample and the model
 
 
-def test_bottleneck_alone_keeps_its_shared_relu_for_the_residual():
+def test_bottleneck_alone_ends_in_one_call_with_its_residual():
     ref, fused = pair(Bottleneck(8, 4))
     calls = count_calls(fused, (nn.BatchNorm2d, nn.ReLU))
     x = torch.randn(2, 8, 6, 5, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(fused(x), ref(x))
-    assert calls == ["ReLU"]
+        torch.testing.assert_close(fused(x), ref(x))  # again, from the memo
+    assert calls == []
+
+
+class ResidualEnds(nn.Module):
+    """Residual ends written other ways: ``identity + out``, ``torch.add`` then ``F.relu``; and an add that no
+    ReLU follows, or that a ReLU follows while the sum has another user (neither is a residual block's end)."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(4, 4, 3, padding=1) for _ in range(4))
+        self.bns = nn.ModuleList(nn.BatchNorm2d(4) for _ in range(4))
+
+    def forward(self, x):
+        x = torch.relu(x + self.bns[0](self.convs[0](x)))
+        x = F.relu(torch.add(self.bns[1](self.convs[1](x)), x))
+        y = self.bns[2](self.convs[2](x)) + x  # no ReLU: the batch norm folds, the add stays
+        s = self.bns[3](self.convs[3](y)) + y
+        return torch.relu(s) * s.sum()
+
+
+def test_residual_ends_written_other_ways_and_adds_that_are_not_one():
+    ref, fused = pair(ResidualEnds())
+    calls = count_calls(fused, (nn.BatchNorm2d,))
+    x = torch.randn(2, 4, 5, 6, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), ref(x))
+    assert calls == []
+    fused_calls = [args.split(", ") for args in re.findall(r"fused_call_conv_bn_act\(([^)]*)\)", fused_source(fused))]
+    assert [(args[3], len(args) == 5) for args in fused_calls] == [
+        ("'relu'", True), ("'relu'", True), ("None", False), ("None", False)]  # activation, residual
+
+
+def fused_source(model: nn.Module) -> str:
+    """The Python source of ``model``'s fused forward (its rewritten graph)."""
+    code = model._conv_core_fusion.forward.__code__
+    return "".join(linecache.getlines(code.co_filename))
 
 
 class FunctionalActivation(nn.Module):
@@ -170,7 +210,7 @@ def test_graph_fuses_activation_functions(activation):
         torch.testing.assert_close(fused(x), ref(x))
     assert calls == []
     # the fused forward looks up the two modules and makes one call: no activation function is left
-    assert set(fused._conv_core_fusion.forward.__code__.co_names) == {"conv", "bn", "conv_core_fusion_fold_conv_bn_act"}
+    assert set(fused._conv_core_fusion.forward.__code__.co_names) == {"conv", "bn", "conv_core_fusion_fused_call_conv_bn_act"}
 
 
 class ReusedInput(nn.Module):
@@ -251,10 +291,10 @@ def test_a_batch_norm_left_in_training_mode_is_not_folded():
     torch.testing.assert_close(fused[1].running_var, ref[1].running_var)
 
 
-def counted_calls(monkeypatch, name: str) -> list:
-    """A list that grows by one for each call of ``conv_core.fusion.fold.<name>``."""
-    counted, real = [], getattr(fold, name)
-    monkeypatch.setattr(fold, name, lambda *a: counted.append(1) or real(*a))
+def counted_calls(monkeypatch, name: str, module=fold) -> list:
+    """A list that grows by one for each call of ``module.<name>`` (default: ``conv_core.fusion.fold``)."""
+    counted, real = [], getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: counted.append(1) or real(*a))
     return counted
 
 
@@ -296,7 +336,8 @@ def test_a_capture_reads_the_cached_fold_and_keeps_it_alive(folds, monkeypatch):
     x = images()
     with torch.no_grad():
         fused(x)  # the warm-up
-        monkeypatch.setattr(fold, "is_capturing", lambda device: True)
+        for module in (fold, fused_call):
+            monkeypatch.setattr(module, "is_capturing", lambda device: True)
         torch.testing.assert_close(fused(x), ref(x))
         assert len(folds) == 1
         (captured,) = fold._CAPTURED[fused[0]]
@@ -509,7 +550,7 @@ def test_fusing_a_model_in_training_mode_keeps_its_modes_and_traces_eval():
 @pytest.fixture
 def full_way(monkeypatch) -> list:
     """The fused calls that take conv-core's full way (:func:`conv_core.fusion.fold.convolve`), not the memo."""
-    return counted_calls(monkeypatch, "convolve")
+    return counted_calls(monkeypatch, "convolve", fused_call)
 
 
 def test_a_fused_convolution_run_on_several_shapes_keeps_a_memo_for_each(full_way):

@@ -184,6 +184,22 @@ def memo_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, strid
     return route, _ConvFunction if needs_grad and not route.direct else None
 
 
+def ranked_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding, dilation, groups,
+                 activation, backend):
+    """The route :func:`convolution` runs this no-gradient call by (ranked now, and kept, where it is new),
+    without running it: what a fused residual call asks before it runs the convolution another way."""
+    key: EagerKey = (input.shape, input.stride(), input.dtype, input.device, weight.shape, weight.dtype, bias is None,
+                     False, _deterministic(), ndim, stride, padding, dilation, groups, activation, None, backend)
+    routes = call_cache.calls().eager
+    route = routes.get(key)
+    if route is None:
+        route, keep = _new_route(ndim, input, weight, bias, stride, padding, dilation, groups, activation, None,
+                                 backend, False)
+        if keep:
+            routes[key] = route
+    return route
+
+
 def memo_transposed_route(ndim: int, input: torch.Tensor, weight: torch.Tensor, bias, stride, padding,
                           output_padding, groups, dilation, activation, out_dtype, backend, needs_grad: bool,
                           amp: torch.dtype | None = None):

@@ -39,8 +39,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from .. import activations, functional
-from ..frontend.call_cache import GENERATION
-from ..nn import MAX_MEMOS, Conv1d, Conv2d, Conv3d, member
+from ..nn import Conv1d, Conv2d, Conv3d, member
 from ..timing import is_capturing
 
 #: Convolution classes whose forward is exactly "pad by mode, then convolve": torch's and conv-core's.
@@ -67,7 +66,7 @@ def _is_frozen_batch_norm(module) -> bool:
     return cls.__name__ == "FrozenBatchNorm2d" and cls.__module__.startswith("torchvision.")
 
 
-def _conv_ndim(module) -> int | None:
+def conv_ndim(module) -> int | None:
     return _CONVOLUTIONS.get(parametrize.type_before_parametrizations(module))
 
 
@@ -88,7 +87,7 @@ def activation_of(module) -> str | None:
 
 def is_part(module) -> bool:
     """Whether ``module`` is a convolution, batch norm or activation: something fusion calls, never traces into."""
-    return (_conv_ndim(module) is not None or _norm_ndim(module) is not None
+    return (conv_ndim(module) is not None or _norm_ndim(module) is not None
             or type(module) in _SIMPLE_ACTIVATIONS or type(module) is nn.GELU)
 
 
@@ -99,7 +98,7 @@ def fusable_conv(module) -> bool:
     cannot take a batch norm after it into its weight; one with hooks would
     lose them.
     """
-    return (_conv_ndim(module) is not None and getattr(module, "activation", None) is None
+    return (conv_ndim(module) is not None and getattr(module, "activation", None) is None
             and getattr(module, "out_dtype", None) is None and not has_hooks(module)
             and not isinstance(module.weight, nn.parameter.UninitializedParameter))
 
@@ -107,7 +106,7 @@ def fusable_conv(module) -> bool:
 def folds_into(norm, conv) -> bool:
     """Whether batch norm ``norm`` can ever be folded into ``conv`` (same rank and channels, running stats kept)."""
     ndim = _norm_ndim(norm)
-    if ndim is None or ndim != _conv_ndim(conv) or has_hooks(norm):
+    if ndim is None or ndim != conv_ndim(conv) or has_hooks(norm):
         return False
     channels = norm.weight.shape[0] if _is_frozen_batch_norm(norm) else norm.num_features
     return channels == conv.out_channels and (_is_frozen_batch_norm(norm) or norm.track_running_stats)
@@ -176,22 +175,22 @@ _CACHE: weakref.WeakKeyDictionary[nn.Module, _Folded] = weakref.WeakKeyDictionar
 _CAPTURED: weakref.WeakKeyDictionary[nn.Module, list[_Folded]] = weakref.WeakKeyDictionary()
 
 
-_NO_TENSOR = torch.empty(0)  # stands in for a tensor a module has as None (a bias, an affine weight)
+NO_TENSOR = torch.empty(0)  # stands in for a tensor a module has as None (a bias, an affine weight)
 _version_of = attrgetter("_version")
 _address_of = methodcaller("data_ptr")
 
 
-def _versions(tensors: tuple) -> tuple:
+def versions(tensors: tuple) -> tuple:
     """What tells that a tensor changed in place (its version counter) or moved (``model.to``, ``model.half``
     replace ``.data``: its address). Inference tensors have none: they raise ``RuntimeError``."""
     return (*map(_version_of, tensors), *map(_address_of, tensors))
 
 
 def _state(sources: tuple, eps: float) -> tuple | None:
-    """What must be unchanged, besides the sources' identity, for a cached fold to be served (:func:`_versions`);
+    """What must be unchanged, besides the sources' identity, for a cached fold to be served (:func:`versions`);
     None where a source is an inference tensor (never cached)."""
     try:
-        return eps, torch.is_inference_mode_enabled(), *_versions(tuple(_NO_TENSOR if t is None else t
+        return eps, torch.is_inference_mode_enabled(), *versions(tuple(NO_TENSOR if t is None else t
                                                                            for t in sources))
     except RuntimeError:
         return None
@@ -243,120 +242,5 @@ def convolve(conv: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch
     if conv.padding_mode != "zeros":
         x = F.pad(x, conv._reversed_padding_repeated_twice, mode=conv.padding_mode)
         padding = 0
-    return _FUNCTIONAL[_conv_ndim(conv)](x, weight, bias, conv.stride, padding, conv.dilation, conv.groups,
+    return _FUNCTIONAL[conv_ndim(conv)](x, weight, bias, conv.stride, padding, conv.dilation, conv.groups,
                                          activation=activation, backend=getattr(conv, "backend", None))
-
-
-def conv_bn_act(x: torch.Tensor, conv: nn.Module, norm: nn.Module | None, activation: str | None) -> torch.Tensor:
-    """``activation(norm(conv(x)))`` as one conv-core call when ``norm`` can be folded now; the modules otherwise.
-
-    A call that repeats the last one's signature, with nothing it is computed from changed, runs the route kept in
-    :data:`MEMO` (see :func:`_memo_call`); the others fold (or read the cached fold) and take conv-core's full way.
-    """
-    memos = conv.__dict__.get(MEMO)
-    memo = None if memos is None else memos.get(x.shape)
-    if memo is not None:
-        y = _memo_call(memo, x, conv, norm, activation)
-        if y is not None:
-            return y
-    if norm is None:
-        weight, bias = member(conv, "weight"), member(conv, "bias")
-    else:
-        stats = running_stats(norm)
-        if stats is None:
-            return activations.apply(activation, norm(conv(x)))
-        weight, bias = folded_parameters(conv, stats)
-    y = convolve(conv, x, weight, bias, activation)
-    _remember(x, conv, norm, activation, weight, bias)
-    return y
-
-
-# ---- the memo of a fused call -------------------------------------------------------------------------------
-#
-# A host-bound model waits for every check a fused call makes: the fold's cache and conv-core's eager key cost a
-# fused model more than the batch norm and activation calls it saves. The memo keeps, per convolution and input
-# shape, the last no-gradient call's route and fold with what pins them, checked in one pass. By shape: a
-# detection head runs each of its convolutions on every pyramid level, and a memo of the last call alone missed
-# on all of them (RetinaNet's 32 head calls took the full way every step, its fused model 0.90x plain on an H200).
-
-#: The convolution's ``__dict__`` entry holding its fused calls' :class:`Memo` by input shape (at most
-#: :data:`~conv_core.nn.MAX_MEMOS` shapes, as a converted module's own memo).
-MEMO = "_conv_core_fused_memo"
-_MISSING = object()
-#: The hot path's checks, bound once (the eager entry's own).
-_compiling, _grad_enabled = functional._compiling, functional._grad_enabled
-_any_autocast, _deterministic = functional._any_autocast, functional._deterministic
-
-
-class Memo(NamedTuple):
-    """A convolution's last fused call without gradients: its signature, what its fold read, the fold, the route."""
-
-    norm: nn.Module | None
-    activation: str | None
-    shape: torch.Size
-    strides: tuple[int, ...]
-    deterministic: bool
-    generation: int
-    #: the tensors the fold is computed from (:func:`_parts`), their ids, and their version counters and addresses
-    parts: tuple
-    ids: tuple[int, ...]
-    versions: tuple
-    weight: torch.Tensor
-    bias: torch.Tensor | None
-    route: object
-
-
-def _parts(conv: nn.Module, norm: nn.Module | None) -> tuple | None:
-    """The convolution's weight and bias and the batch norm's statistics, affine parameters and batch counter, read
-    from their modules' dicts (:data:`_NO_TENSOR` for one a module has as None); None where one is neither a
-    parameter nor a buffer (a parametrized weight, computed on each read), which the memo leaves to the full way."""
-    parts = [_stored(conv, "weight"), _stored(conv, "bias")]
-    if norm is not None:
-        parts += [_stored(norm, name) for name in ("running_mean", "running_var", "weight", "bias")]
-        parts.append(norm._buffers.get("num_batches_tracked"))  # torchvision's frozen batch norm has none
-    for part in parts:  # by identity: ``in`` would compare tensors elementwise
-        if part is _MISSING:
-            return None
-    return tuple(_NO_TENSOR if t is None else t for t in parts)
-
-
-def _stored(module: nn.Module, name: str):
-    """``module``'s parameter or buffer ``name`` (None if registered as None), or :data:`_MISSING`."""
-    found = module._parameters.get(name, _MISSING)
-    return module._buffers.get(name, _MISSING) if found is _MISSING else found
-
-
-def _remember(x: torch.Tensor, conv: nn.Module, norm: nn.Module | None, activation: str | None,
-              weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """After a full-way fused call without gradients: keep its route and fold for the next call of its signature."""
-    if (_compiling() or _grad_enabled() or _any_autocast() or type(x) is not torch.Tensor
-            or conv.padding_mode != "zeros" or is_capturing(x.device)):
-        return
-    parts = _parts(conv, norm)
-    if parts is None or any(t.is_inference() for t in parts):
-        return  # inference tensors have no version counter
-    kept = functional.memo_route(_conv_ndim(conv), x, weight, bias, conv.stride, conv.padding, conv.dilation,
-                                 conv.groups, activation, None, getattr(conv, "backend", None), False)
-    memos = conv.__dict__.setdefault(MEMO, {})
-    if kept is not None and (x.shape in memos or len(memos) < MAX_MEMOS):
-        memos[x.shape] = Memo(norm, activation, x.shape, x.stride(), _deterministic(), GENERATION[0], parts,
-                              tuple(map(id, parts)), _versions(parts), weight, bias, kept[0])
-
-
-def _memo_call(memo: Memo, x, conv: nn.Module, norm: nn.Module | None, activation: str | None):
-    """The fused call run from ``memo``, or None where it does not hold: another signature, a gradient, autocast,
-    a trace, a capture (the fold it reads must then be kept alive: :func:`folded_parameters`), an engine whose
-    choices may have changed, a batch norm in training mode, a part replaced, written or moved."""
-    if (memo.norm is not norm or memo.activation != activation or _grad_enabled() or _any_autocast()
-            or _compiling() or memo.generation != GENERATION[0] or type(x) is not torch.Tensor
-            or x.shape != memo.shape or x.stride() != memo.strides or memo.deterministic is not _deterministic()
-            or (norm is not None and norm.training) or is_capturing(x.device)):
-        return None
-    parts = _parts(conv, norm)
-    if parts is None or tuple(map(id, parts)) != memo.ids or _versions(parts) != memo.versions:
-        return None  # the memo holds its parts alive, so an equal id is the same tensor
-    route = memo.route
-    if route.native:
-        y = route.conv(x, memo.weight, memo.bias, *route.conv_args)
-        return y if route.activation is None else route.activation(y)
-    return route.run(x, memo.weight, memo.bias)

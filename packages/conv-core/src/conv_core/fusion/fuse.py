@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import fold, fuse_graph
+from . import fold, fuse_graph, fused_call
 
 __all__ = ["optimize_for_inference", "unfuse"]
 
@@ -65,7 +65,7 @@ class SequentialFusion:
                 input = children[step](input)
             else:
                 norm = None if step.norm is None else children[step.norm]
-                input = fold.conv_bn_act(input, children[step.conv], norm, step.activation)
+                input = fused_call.conv_bn_act(input, children[step.conv], norm, step.activation)
         return input
 
 

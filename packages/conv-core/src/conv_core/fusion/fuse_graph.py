@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import linecache
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -28,11 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from . import fold
+from . import fold, fused_call
 
 #: Activation functions and tensor methods the graph may call after a chain -> conv-core activation name.
 _FUNCTIONS = {F.relu: "relu", torch.relu: "relu", F.relu6: "relu6", F.silu: "silu"}
 _METHODS = {"relu": "relu"}
+#: What adds a residual: ``out + identity``, ``out += identity`` (an in-place add of a value nobody else sees).
+_ADDS = (operator.add, operator.iadd, torch.add)
 _FILENAMES = itertools.count()
 
 
@@ -124,8 +127,18 @@ def _activation(node: fx.Node, value: fx.Node, root: nn.Module) -> str | None:
     return None
 
 
-def _chain(node: fx.Node, root: nn.Module) -> tuple[list[fx.Node], str | None, str | None]:
-    """The nodes of the chain starting at convolution ``node``, its batch norm's target and its activation."""
+def _residual(node: fx.Node, value: fx.Node) -> fx.Node | None:
+    """What ``node`` adds to ``value`` (``value + other``, either way round), or None."""
+    if node.op != "call_function" or node.target not in _ADDS or node.kwargs or len(node.args) != 2:
+        return None
+    a, b = node.args
+    other = b if a is value else a if b is value else None
+    return other if isinstance(other, fx.Node) and other is not value else None
+
+
+def _chain(node: fx.Node, root: nn.Module) -> tuple[list[fx.Node], str | None, str | None, fx.Node | None]:
+    """The nodes of the chain starting at convolution ``node``, its batch norm's target, its activation, and the
+    residual added before a ReLU (a residual block's end: ``relu(bn(conv(x)) + identity)``), if any."""
     chain, norm_target, activation = [node], None, None
     conv = root.get_submodule(node.target)
     after = _only_user(node)
@@ -134,11 +147,15 @@ def _chain(node: fx.Node, root: nn.Module) -> tuple[list[fx.Node], str | None, s
         norm_target = after.target
         chain.append(after)
         after = _only_user(after)
+    residual = None if after is None else _residual(after, chain[-1])
+    relu = None if residual is None else _only_user(after)
+    if relu is not None and _activation(relu, after, root) == "relu":
+        return [*chain, after, relu], norm_target, "relu", residual
     if after is not None:
         activation = _activation(after, chain[-1], root)
         if activation is not None:
             chain.append(after)
-    return chain, norm_target, activation
+    return chain, norm_target, activation, None
 
 
 def _is_fusable_conv_call(node: fx.Node, root: nn.Module) -> bool:
@@ -147,19 +164,21 @@ def _is_fusable_conv_call(node: fx.Node, root: nn.Module) -> bool:
 
 
 def rewrite(graph: fx.Graph, root: nn.Module) -> int:
-    """Replace every fusable chain in ``graph`` by one ``fold.conv_bn_act`` call; the number replaced."""
+    """Replace every fusable chain in ``graph`` by one ``fused_call.conv_bn_act`` call (given the residual, where a ReLU
+    follows an add); the number replaced."""
     fused, erased = 0, set()
     for node in list(graph.nodes):
         if node in erased or not _is_fusable_conv_call(node, root):
             continue
-        chain, norm_target, activation = _chain(node, root)
+        chain, norm_target, activation, residual = _chain(node, root)
         if len(chain) == 1:
             continue
         last = chain[-1]
         with graph.inserting_before(last):
             conv_ref = graph.get_attr(node.target)
             norm_ref = None if norm_target is None else graph.get_attr(norm_target)
-            call = graph.call_function(fold.conv_bn_act, (node.args[0], conv_ref, norm_ref, activation))
+            call = graph.call_function(fused_call.conv_bn_act, (node.args[0], conv_ref, norm_ref, activation)
+                                       + (() if residual is None else (residual,)))
         last.replace_all_uses_with(call)
         for done in reversed(chain):
             graph.erase_node(done)
