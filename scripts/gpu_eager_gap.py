@@ -559,7 +559,7 @@ def main() -> None:
     parser.add_argument("--ops", action="store_true", help="also each convolution's operators and launches, alone")
     args = parser.parse_args()
     BY_TYPE, PER_LAYER, GC, OPS = args.by_type, args.per_layer, args.gc, args.ops
-    VARIANTS = tuple(args.variants.split(","))
+    VARIANTS = tuple(dict.fromkeys(("plain", "conv", *args.variants.split(","))))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, conv-core {conv_core.__version__}"]
