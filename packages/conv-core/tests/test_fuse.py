@@ -210,7 +210,8 @@ def test_graph_fuses_activation_functions(activation):
         torch.testing.assert_close(fused(x), ref(x))
     assert calls == []
     # the fused forward looks up the two modules and makes one call: no activation function is left
-    assert set(fused._conv_core_fusion.forward.__code__.co_names) == {"conv", "bn", "conv_core_fusion_fused_call_conv_bn_act"}
+    names = set(fused._conv_core_fusion.forward.__code__.co_names)
+    assert names == {"conv", "bn", "conv_core_fusion_fused_call_conv_bn_act"}
 
 
 class ReusedInput(nn.Module):
