@@ -191,7 +191,7 @@ def _state(sources: tuple, eps: float) -> tuple | None:
     None where a source is an inference tensor (never cached)."""
     try:
         return eps, torch.is_inference_mode_enabled(), *versions(tuple(NO_TENSOR if t is None else t
-                                                                           for t in sources))
+                                                                          for t in sources))
     except RuntimeError:
         return None
 
@@ -243,4 +243,4 @@ def convolve(conv: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch
         x = F.pad(x, conv._reversed_padding_repeated_twice, mode=conv.padding_mode)
         padding = 0
     return _FUNCTIONAL[conv_ndim(conv)](x, weight, bias, conv.stride, padding, conv.dilation, conv.groups,
-                                         activation=activation, backend=getattr(conv, "backend", None))
+                                        activation=activation, backend=getattr(conv, "backend", None))

@@ -13,7 +13,8 @@ from .. import activations, functional
 from ..frontend.call_cache import GENERATION
 from ..nn import MAX_MEMOS, member
 from ..timing import is_capturing
-from .fold import NO_TENSOR, conv_ndim, versions, convolve, folded_parameters, running_stats
+from .fold import NO_TENSOR, conv_ndim, convolve, folded_parameters, running_stats, versions
+
 
 def conv_bn_act(x: torch.Tensor, conv: nn.Module, norm: nn.Module | None, activation: str | None,
                 residual: torch.Tensor | None = None) -> torch.Tensor:
@@ -164,10 +165,10 @@ def _memo_call(memo: Memo, x, conv: nn.Module, norm: nn.Module | None, activatio
     choices may have changed, a batch norm in training mode, a part replaced, written or moved, a residual that
     cuDNN's operator cannot add."""
     if (memo.norm is not norm or memo.activation != activation or memo.residual is (residual is None)
-            or _grad_enabled() or _any_autocast()
-            or _compiling() or memo.generation != GENERATION[0] or type(x) is not torch.Tensor
-            or x.shape != memo.shape or x.stride() != memo.strides or memo.deterministic is not _deterministic()
-            or (norm is not None and norm.training) or is_capturing(x.device)):
+            or _grad_enabled() or _any_autocast() or _compiling() or memo.generation != GENERATION[0]
+            or type(x) is not torch.Tensor or x.shape != memo.shape or x.stride() != memo.strides
+            or memo.deterministic is not _deterministic() or (norm is not None and norm.training)
+            or is_capturing(x.device)):
         return None
     parts = _parts(conv, norm)
     if parts is None or tuple(map(id, parts)) != memo.ids or versions(parts) != memo.versions:
