@@ -100,13 +100,13 @@ def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor 
         if c["HAS_BIAS"]:
             live = cols < s["K_G"] - n0
             acc[:, live] += bias.double()[g * s["K_G"] + n0 + cols[live]][None, :]
-        if box:
-            img, rest = divmod(pid_m, s["TILES_IMG"])
+        if box:  # a box of one output plane, image * Z + z
+            plane, rest = divmod(pid_m, s["TILES_IMG"])
             corner = divmod(rest, s["TILES_Q"])
             p = corner[0] * c["BOX_H"] + rows // c["BOX_W"]
             q = corner[1] * c["BOX_W"] + rows % c["BOX_W"]
             row_ok = (p < s["P"]) & (q < s["Q"])
-            img, z = torch.full_like(rows, img), torch.zeros_like(rows)
+            img, z = torch.full_like(rows, plane // s["Z"]), torch.full_like(rows, plane % s["Z"])
         else:
             m = pid_m * bm + rows
             row_ok = m < s["M"]
@@ -114,7 +114,7 @@ def launch(plan: Plan, xf: torch.Tensor, wmat: torch.Tensor, bias: torch.Tensor 
         if c["ROWS"] > 1:
             steps = _column_tiles(plan, xf, img[0], corner, g)
         elif box:
-            steps = _box_tiles(plan, xf, img, corner, g)
+            steps = _box_tiles(plan, xf, plane, corner, g)
         else:
             steps = _gathered_tiles(plan, xf, img, z, p, q, row_ok, g)
         for a, col0 in steps:
@@ -183,24 +183,35 @@ def _tma_box(plan: Plan, xf, tmap, img: int, h0: int, w0: int, channel: int) -> 
     pix = torch.arange(bh * bw)
     h, w_ = h0 + pix // bw, w0 + pix % bw
     cabs = channel + torch.arange(bk)
-    ok = (img < n_all) & (h >= 0) & (h < h_all) & (w_ >= 0) & (w_ < w_all)
+    ok = (0 <= img < n_all) & (h >= 0) & (h < h_all) & (w_ >= 0) & (w_ < w_all)
     base = torch.where(ok, img * tmap.strides[0] + h * tmap.strides[1] + w_ * tmap.strides[2], 0)
     mask = ok[:, None] & (cabs < c_all)[None, :]
     return torch.where(mask, xf[(base[:, None] + cabs[None, :]).clamp(0, xf.numel() - 1)], 0.0)
 
 
-def _box_tiles(plan: Plan, xf, img, corner, g):
-    """``fwd_box``'s k-steps: per (tap, channel block) one TMA box at the tap's offset."""
+def _input_plane(plane: int, t: int, s, c) -> int:
+    """``kernels/fwd._input_plane``: the input plane depth tap ``t`` of output plane ``plane`` reads, or -1
+    (outside the tensor: zeros) where it lies outside the volume."""
+    img, z = divmod(plane, s["Z"])
+    d = z * s["STRIDE_D"] - c["PAD_D"] + t * s["DIL_D"]
+    return img * s["D"] + d if 0 <= d < s["D"] else -1
+
+
+def _box_tiles(plan: Plan, xf, plane: int, corner, g):
+    """``fwd_box``'s k-steps: per (depth tap, tap, channel block) one TMA box at the tap's offset, in the depth
+    tap's input plane."""
     s, c = dict(plan.scalars), dict(plan.constexprs)
     bk = c["BLOCK_K"]
     assert plan.x_map.block == (1, c["BOX_H"], c["BOX_W"], bk)
-    for tap in range(s["TAPS"]):
-        r, t = divmod(tap, s["S"])
-        h = corner[0] * c["BOX_H"] - s["PAD_H"] + r * s["DIL_H"]
-        w_ = corner[1] * c["BOX_W"] - s["PAD_W"] + t * s["DIL_W"]
-        for cb in range(s["NCB"]):
-            a = _tma_box(plan, xf, plan.x_map, int(img[0]), h, w_, g * s["C_G"] + cb * bk)
-            yield a, (tap * s["NCB"] + cb) * bk
+    for dt in range(s["T"]):
+        x_plane = _input_plane(plane, dt, s, c)
+        for tap in range(s["TAPS"]):
+            r, t = divmod(tap, s["S"])
+            h = corner[0] * c["BOX_H"] - s["PAD_H"] + r * s["DIL_H"]
+            w_ = corner[1] * c["BOX_W"] - s["PAD_W"] + t * s["DIL_W"]
+            for cb in range(s["NCB"]):
+                a = _tma_box(plan, xf, plan.x_map, x_plane, h, w_, g * s["C_G"] + cb * bk)
+                yield a, ((dt * s["TAPS"] + tap) * s["NCB"] + cb) * bk
 
 
 def _column_tiles(plan: Plan, xf, img, corner, g):

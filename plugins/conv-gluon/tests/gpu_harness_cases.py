@@ -84,6 +84,14 @@ ISSUE_SHAPES = {
     "video-stem-c3-3x7x7-s1x2x2-b2": dict(batch=2, in_channels=3, out_channels=64, input_size=(8, 56, 56),
                                           filter_size=(3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3), bias=True,
                                           activation="relu"),
+    # 3D through fwd_box too (stride 1 in the plane): a temporal downsampling, a causal block (depth padding in
+    # front only: planes past the volume read as zeros), a temporally dilated one
+    "c64-3x3x3-sd2-d9-b2": dict(batch=2, in_channels=64, out_channels=128, input_size=(9, 20, 24), filter_size=3,
+                                stride=(2, 1, 1), padding=1, bias=True),
+    "causal-c128-3x3x3-d5-b1": dict(batch=1, in_channels=128, out_channels=128, input_size=(5, 32, 32),
+                                    filter_size=3, padding=((2, 0), (1, 1), (1, 1)), bias=True, activation="silu"),
+    "c32-3x3x3-dd2-d7-b2": dict(batch=2, in_channels=32, out_channels=48, input_size=(7, 17, 19), filter_size=3,
+                                dilation=(2, 1, 1), padding=((2, 2), (1, 1), (1, 1)), dtype="float16"),
 }
 
 #: The two large layers of the issue: name -> fields.

@@ -13,6 +13,7 @@ from conv_core.testing.plugin_checks import the_decline
 from conv_core.tuning import read_entries
 from conv_gluon.registry import REGISTRY
 from conv_gluon import candidates, estimates, hooks, toolchain
+from conv_gluon import plans as plan
 
 CUDA = torch.device("cuda")  # only its type is read
 CPU = torch.device("cpu")
@@ -77,8 +78,12 @@ def test_backend_loads_through_its_entry_point():
     (problem(dilation=3, padding=3).with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box"]),
     (problem(input_size=(30,), filter_size=5, padding=2, dtype="float16").with_direction("bwd_weight"),
      ["bwd_weight_gather", "bwd_weight_box"]),
-    # 3D (NDHWC): the gathering kernels only, in every direction (the box kernels' boxes are rank 4)
-    (problem(input_size=(5, 6, 7)), ["fwd_gather"]),
+    # 3D (NDHWC): the gathering kernels in every direction; the forward's boxes at stride 1 in the plane
+    # (plans.BOXES_3D; tagged experimental until measured, test_a_3d_box_is_experimental), not the others' yet
+    (problem(input_size=(5, 6, 7)), ["fwd_gather", "fwd_box"]),
+    (problem(input_size=(5, 6, 7), stride=(2, 1, 1), padding=(0, 1, 1)), ["fwd_gather", "fwd_box"]),
+    (problem(input_size=(5, 6, 7), stride=(1, 2, 2)), ["fwd_gather"]),
+    (problem(input_size=(5, 6, 7)).with_direction("bwd_data"), ["bwd_data_gather"]),
     (problem(input_size=(5, 6, 7), stride=2).with_direction("bwd_data"), ["bwd_data_gather"]),
     (problem(input_size=(1, 6, 7)).with_direction("bwd_weight"), ["bwd_weight_gather"]),
 ])
@@ -112,12 +117,15 @@ def test_declines_with_a_reason(p, device, words):
     assert words in declined(p, device)
 
 
-def test_3d_box_kernels_decline_naming_the_rank_5_box_they_would_need():
+def test_3d_box_kernels_other_than_the_forwards_decline_naming_the_one_that_takes_3d():
     p = problem(input_size=(5, 6, 7))
     for direction in ("fwd", "bwd_data", "bwd_weight"):
         q = p if direction == "fwd" else p.with_direction(direction)
         for entry in REGISTRY.for_direction(direction)[1:]:
-            assert "rank-5" in entry.issue(q), entry.name
+            if entry.name in plan.BOXES_3D:
+                assert entry.issue(q) is None, entry.name
+            else:
+                assert "only fwd_box takes 3D" in entry.issue(q), entry.name
 
 
 def test_sm_90a_is_hopper_too():
@@ -208,6 +216,14 @@ def test_tags():
     padded = answer(problem(in_channels=40))  # 40 channels pad to 64 per tap: a cached weight copy
     for c in padded:
         assert "needs_workspace" in c.tags and c.workspace_bytes == 64 * 9 * 64 * 2
+
+
+def test_a_3d_box_is_experimental_until_measured():
+    """The forward's 3D boxes have not run on the hardware: never ranked ahead of a kernel that has."""
+    flat, deep = answer(problem()), answer(problem(input_size=(5, 6, 7)))
+    assert [c.kernel for c in deep] == ["fwd_gather", "fwd_box"]
+    assert [("experimental" in c.tags) for c in deep] == [False, True]
+    assert not any("experimental" in c.tags for c in flat)
 
 
 def test_ids_are_stable_and_name_the_configuration():

@@ -36,12 +36,13 @@ def test_every_shipped_configuration_is_compiled_in_every_mode():
         assert {bw for _, bw in box_shapes} == set(tab.box_widths), mode  # every box width the table allows
 
 
-def test_3d_is_compiled_in_every_gathering_mode_of_every_direction():
-    """3D specializations (depth taps and bounds live, not folded) in each mode of the gathering kernels."""
+def test_3d_is_compiled_in_every_gathering_mode_of_every_direction_and_in_the_forwards_boxes():
+    """3D specializations (depth taps and bounds live, not folded) in each mode of the gathering kernels and in
+    ``fwd_box``'s (``plans.BOXES_3D``)."""
     third = [job for job in JOBS if "3d" in job.shape]
     gathering = {mode for mode, (kernel, _) in aot.MODES.items() if kernel.endswith("_gather")}
-    assert {job.mode for job in third} == gathering
-    assert {job.kernel for job in third} == {"fwd_gather", "bwd_data_gather", "bwd_weight_gather"}
+    assert {job.mode for job in third} == gathering | {"tma_box"}
+    assert {job.kernel for job in third} == {"fwd_gather", "bwd_data_gather", "bwd_weight_gather", "fwd_box"}
     for job in third:
         p = aot.job_plan(job)[1]
         assert p.geometry.t == 3 or job.kernel == "bwd_data_gather", job.id

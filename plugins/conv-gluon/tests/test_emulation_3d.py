@@ -1,6 +1,6 @@
-"""3D (NDHWC) through the gathering kernels, checked on the CPU: each direction's plan replayed by the emulator
-(``emulator.py``: the kernels' depth decode, depth taps and per-axis bounds) against conv-core's float64
-reference and tolerance model.
+"""3D (NDHWC) through the gathering kernels and the forward's TMA boxes, checked on the CPU: each direction's plan
+replayed by the emulator (``emulator.py``: the kernels' depth decode, depth taps and per-axis bounds; the boxes'
+input planes, a plane outside the volume read as zeros) against conv-core's float64 reference and tolerance model.
 
 Small odd shapes: stride 2 and 3, dilation 2, asymmetric padding, an input of depth 1 (the depth taps read
 padding), a filter of depth 1, odd channel counts (the register gather), groups; bfloat16 and float16.
@@ -67,7 +67,7 @@ CASES = [(name, direction) for name in SHAPES for direction in DIRECTIONS]
 @pytest.mark.parametrize("name, direction", CASES, ids=[f"{n}-{d}" for n, d in CASES])
 def test_3d_plan_computes_the_convolution(name, direction):
     problem = make(name, direction)
-    assert [e.name for e in REGISTRY.applicable(problem)] == [gathering(direction).name]
+    assert REGISTRY.applicable(problem)[0].name == gathering(direction).name
     p = make_plan(problem)
     operands = random_operands(problem, "cpu", seed=3)
     result = compare(problem, replay(problem, p, operands), operands)
@@ -110,4 +110,51 @@ def test_3d_emulator_catches_a_wrong_depth_argument(direction):
     else:
         bad = bad_launch
     operands = random_operands(problem, "cpu", seed=3)
+    assert not compare(problem, replay(problem, bad, operands), operands).ok
+
+
+#: ``fwd_box`` in 3D (stride 1 in the plane, channels a multiple of 8): depth stride, padding (front and back) and
+#: dilation; an input of depth 1; a filter of depth 1; groups of whole channel blocks; float16 with a float32
+#: output; images whose planes leave box slots past the edge.
+BOX_SHAPES = {
+    "box-sd2-pad": dict(batch=2, in_channels=16, out_channels=24, input_size=(6, 7, 9), filter_size=3,
+                        stride=(2, 1, 1), padding=((2, 1), (1, 1), (0, 2)), bias=True, activation="relu"),
+    "box-dil2-depth": dict(batch=1, in_channels=32, out_channels=16, input_size=(7, 5, 6), filter_size=(3, 3, 1),
+                           dilation=(2, 1, 1), padding=((2, 2), (1, 1), (0, 0))),
+    "box-depth1": dict(batch=3, in_channels=16, out_channels=8, input_size=(1, 6, 5), filter_size=3, padding=1,
+                       dtype="float16", out_dtype="float32", bias=True, activation="gelu"),
+    "box-filter-depth1": dict(batch=1, in_channels=24, out_channels=40, input_size=(4, 9, 9), filter_size=(1, 3, 3),
+                              stride=(3, 1, 1), padding=(0, 1, 1)),
+    "box-groups": dict(batch=2, in_channels=128, out_channels=64, groups=2, input_size=(3, 5, 7), filter_size=3,
+                       padding=(1, 1, 1), dtype="float16"),
+}
+
+
+def box_plan(name: str):
+    fields = {"stride": 1, "padding": 0, "dilation": 1, "dtype": "bfloat16", "layout": "channels_last",
+              "arch": "sm_90", **BOX_SHAPES[name]}
+    problem = ConvProblem("fwd", **fields)
+    entry = REGISTRY["fwd_box"]
+    assert entry.issue(problem) is None, entry.issue(problem)
+    return problem, entry.plan(problem, entry, configs.select(TAB, entry.family, problem), TAB)
+
+
+@pytest.mark.parametrize("name", BOX_SHAPES)
+def test_3d_forward_boxes_compute_the_convolution(name):
+    problem, p = box_plan(name)
+    g = p.geometry
+    assert p.a_mode == "tma_box" and p.x_map.shape[0] == g.batch * g.d  # the batch's input planes
+    assert dict(p.scalars)["TILES_M"] == g.batch * g.od * dict(p.scalars)["TILES_IMG"]  # box tiles per plane
+    operands = random_operands(problem, "cpu", seed=5)
+    result = compare(problem, replay(problem, p, operands), operands)
+    assert result.ok, f"{p.kernel} ({p.config_name}): {result.message}"
+
+
+def test_3d_forward_boxes_catch_a_wrong_plane():
+    """Boxes read in the wrong input plane (one depth step off) must fail the comparison."""
+    problem, good = box_plan("box-sd2-pad")
+    constexprs = dict(good.constexprs)
+    constexprs["PAD_D"] = constexprs["PAD_D"] - 1
+    bad = dataclasses.replace(good, constexprs=tuple(constexprs.items()))
+    operands = random_operands(problem, "cpu", seed=5)
     assert not compare(problem, replay(problem, bad, operands), operands).ok

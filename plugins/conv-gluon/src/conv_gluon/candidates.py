@@ -100,25 +100,32 @@ def candidate(problem: ConvProblem, kernel: str, config: configs.TileConfig, tab
 
     entry = REGISTRY[kernel]
     p = entry.plan(problem, entry, config, tab)
+    unmeasured = problem.ndim == 3 and kernel in UNMEASURED_3D
     return Candidate(BACKEND, kernel, p.config_name, run=launch.runner(problem, p),
-                     estimate_us=entry.estimate(problem, p, tab), tags=tags(p, tab),
+                     estimate_us=entry.estimate(problem, p, tab), tags=tags(p, tab, unmeasured),
                      workspace_bytes=p.workspace_bytes, error_factor=entry.errors(problem))
 
 
 AnyPlan = plans.Plan | plans.DataGradPlan | plans.WeightGradPlan
 
 
-def tags(p: AnyPlan, tab: configs.ArchTable) -> frozenset[str]:
+#: Kernels whose 3D runs have not run on the hardware yet: ``experimental`` on 3D problems (never ranked ahead of a
+#: kernel that has) until a GPU run checks and times them.
+UNMEASURED_3D = frozenset(plans.BOXES_3D)
+
+
+def tags(p: AnyPlan, tab: configs.ArchTable, unmeasured: bool = False) -> frozenset[str]:
     """``deterministic`` (no atomics, a fixed reduction order per tile, and for the weight gradient per split
     and over the splits), ``cuda_graph_safe`` (every run, in every direction: no host synchronisation and no copy
     from the host; weight copies are derived on the device inside a capture; workspaces have the same size on
     every call and come from torch's allocator: ``tests/test_host_path.py``, ``tests/test_cuda_graphs.py``),
     ``needs_workspace`` with a weight copy (padded, or a
     data-gradient phase's) or the weight gradient's float32 partials or padded ``dy``, ``experimental`` while
-    the kernel's family is not measured on the architecture (:meth:`configs.ArchTable.is_measured`)."""
+    the kernel's family is not measured on the architecture (:meth:`configs.ArchTable.is_measured`), or the run
+    is ``unmeasured`` (:data:`UNMEASURED_3D`)."""
     result = {"deterministic", "cuda_graph_safe"}
     if p.workspace_bytes:
         result.add("needs_workspace")
-    if not tab.is_measured(REGISTRY.family_of(p.kernel)):
+    if unmeasured or not tab.is_measured(REGISTRY.family_of(p.kernel)):
         result.add("experimental")
     return frozenset(result)

@@ -7,9 +7,9 @@ checked by ``tests/test_registry.py``). The data gradient runs the forward kerne
 kernels take the forward's configuration families.
 
 Each direction's gathering kernel runs every problem the backend takes, 3D (NDHWC) included; the box kernels need
-TMA boxes to carry their input (rank 4: 1D and 2D only), and the kernels of a filter column (``*_rows_box``) a
-filter of 3 rows (``applies``: the reason, from :func:`conv_gluon.plans.kernel_issue` with the configuration the
-table picks).
+TMA boxes to carry their input (1D and 2D; 3D ``fwd_box`` alone, :data:`conv_gluon.plans.BOXES_3D`), and the
+kernels of a filter column (``*_rows_box``) a filter of 3 rows (``applies``: the reason, from
+:func:`conv_gluon.plans.kernel_issue` with the configuration the table picks).
 """
 
 from __future__ import annotations
@@ -68,8 +68,10 @@ REGISTRY = Registry([
            "odd channel counts) while a warp-group consumer runs asynchronous `wgmma`; 3D rows decode `(n, z, p, q)` "
            "and the taps walk `(t, r, s)`"),
     _entry("fwd_box", "fwd_box", "fwd",
-           "forward (1D/2D) at stride 1 with channels a multiple of 8: the input tile is a box of output pixels, "
-           "loaded by TMA (padding and channel tails zero-filled by the hardware); one producer warp"),
+           "forward at stride 1 with channels a multiple of 8: the input tile is a box of output pixels, "
+           "loaded by TMA (padding and channel tails zero-filled by the hardware); one producer warp; 3D (any depth "
+           "stride): boxes of one output plane, each depth tap's from its input plane (experimental: not yet run "
+           "on the hardware)"),
     _entry("fwd_rows_box", "fwd_rows_box", "fwd",
            "the same for filters of 3 rows, a k-step per filter column: one tall box (the tile's box and the rows "
            "below it) read by the column's three taps as views a row of taps apart, each against its weight tile "

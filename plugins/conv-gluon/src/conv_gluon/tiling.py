@@ -105,10 +105,11 @@ def gather_grid(g: Geometry, block_m: int, block_n: int) -> TileGrid:
 
 
 def box_grid(g: Geometry, box: tuple[int, int], block_n: int) -> TileGrid:
+    """Box tiles: ``tiles_img`` per output plane (3D: per image and output plane, ``image * Z + z``)."""
     bh, bw = box
     tiles_q = cdiv(g.q, bw)
     tiles_img = cdiv(g.p, bh) * tiles_q
-    return TileGrid(g.batch * tiles_img, cdiv(g.cout, block_n), g.groups, tiles_q, tiles_img)
+    return TileGrid(g.batch * g.od * tiles_img, cdiv(g.cout, block_n), g.groups, tiles_q, tiles_img)
 
 
 def tile_coords(tile: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int, int]:

@@ -21,9 +21,9 @@ two partitions over the same sequence of (tile, k-step), through the ring, barri
     ``A`` comes in one of three ways (``A_MODE``):
 
     * ``"tma_box"`` (stride 1, channels a multiple of 8): the tile is a ``BOX_H x BOX_W`` rectangle of
-      output pixels of one image, so for a tap its input is the box ``[1, BOX_H, BOX_W, BLOCK_K]`` of the
-      NHWC input at ``(n, p0 - pad + r*dil, q0 - pad + s*dil, c0)``: one TMA per step, the padding and the
-      channel tail read as zeros by the hardware. One warp issues everything.
+      output pixels of one image (3D: of one output plane), so for a tap its input is the box
+      ``[1, BOX_H, BOX_W, BLOCK_K]`` of the NHWC input at ``(n, p0 - pad + r*dil, q0 - pad + s*dil, c0)``: one
+      TMA per step, the padding and the channel tail read as zeros by the hardware. One warp issues everything.
     * ``"cp_async"``: ``PRODUCER_WARPS`` warps gather the ``[BLOCK_M, BLOCK_K]`` tile with ``cp.async``
       (16, 8 or 4 bytes per copy: ``VEC`` channels), masked copies filling zeros; every producer thread's
       ``cp.async.mbarrier.arrive.noinc`` counts towards ``ready`` when its copies land, so the producer
@@ -54,7 +54,11 @@ The data gradient runs this same kernel once per stride phase (``plan.make_bwd_d
 3D (NDHWC, the gathering modes): output pixel rows are ``(image, z, p, q)`` (``M = N Z P Q``) and the reduction
 walks depth taps ``t`` outside the plane's taps ``(r, s)``. The producer decodes a tile's rows once
 (``pipeline.pixel_coords``) and per depth tap moves their base to the input plane ``z * STRIDE_D - PAD_D +
-t * DIL_D``, masking the rows whose plane lies outside the volume (``pipeline.depth_offsets``). Below 3D
+t * DIL_D``, masking the rows whose plane lies outside the volume (``pipeline.depth_offsets``). ``tma_box``
+(``fwd_box``: stride 1 in the plane, any stride in depth) takes 3D too: its tiles are boxes of one output plane,
+box tiles per ``(image, z)``, and the descriptor is rank 4 over the batch's ``N x D`` input planes; per depth tap
+the producer reads its boxes in plane ``image * D + d`` (``_input_plane``), and where ``d`` lies outside the
+volume at plane -1, outside the tensor, which TMA reads as zeros: the whole box is padding. Below 3D
 ``Z = D = T = STRIDE_D = DIL_D = 1`` (constants to the JIT) and ``PAD_D = 0`` (a constexpr): the depth axis folds
 away and the 2D kernels compile to the instructions they did before it existed.
 
@@ -166,9 +170,10 @@ def _consumer(a_bufs, b_bufs, ready, empty, bias_ptr, y_ptr,
             step += 1
         acc = drain_mma(acc, empty, prev)
 
-        if A_MODE == TMA_BOX:  # (2D only: one plane)
-            img, p, q, row_ok = _box_pixels(pid_m, rows, P, Q, TILES_Q, TILES_IMG, BOX_H, BOX_W)
-            z = 0
+        if A_MODE == TMA_BOX:  # a box of one output plane, image * Z + z
+            plane, p, q, row_ok = _box_pixels(pid_m, rows, P, Q, TILES_Q, TILES_IMG, BOX_H, BOX_W)
+            img = plane // Z
+            z = plane - img * Z
         else:
             m = pid_m * BLOCK_M + rows
             row_ok = m < M
@@ -280,28 +285,43 @@ def _gather_producer(x_ptr, w_desc, a_bufs, b_bufs, ready, empty,
 
 
 @gluon.jit
+def _input_plane(plane, t, Z, D, STRIDE_D, DIL_D, PAD_D: gl.constexpr):
+    """The input plane (of the ``N x D`` planes the descriptor holds) that depth tap ``t`` of output plane
+    ``plane`` (``image * Z + z``) reads, or -1 where it lies outside the volume: a box there is outside the tensor
+    and reads as zeros. Below 3D every argument but ``plane`` is a constant 1 or 0: the plane is the image."""
+    img = plane // Z
+    d = (plane - img * Z) * STRIDE_D - PAD_D + t * DIL_D
+    return gl.where((d >= 0) & (d < D), img * D + d, -1)
+
+
+@gluon.jit
 def _box_producer(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
-                  C_G, K_G, S, TAPS, NCB, PAD_H, PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q,
-                  TILES_IMG, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, BOX_H: gl.constexpr,
-                  BOX_W: gl.constexpr, GROUP_M: gl.constexpr):
+                  Z, D, C_G, K_G, T, S, TAPS, NCB, STRIDE_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W, TILES_M, TILES_N,
+                  NUM_TILES, TILES_Q, TILES_IMG, PAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                  BOX_H: gl.constexpr, BOX_W: gl.constexpr, GROUP_M: gl.constexpr):
+    """The box producer: per k-step (depth tap ``t``, then tap ``(r, s)`` of the plane, then channel block) the
+    TMA box of the tile's output pixels shifted by the tap, in the tap's input plane, and the step's weight tile
+    (column ``(t * TAPS + tap) * NCB + cb`` blocks in)."""
     nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
     step = 0
     for tile in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
         g, pid_m, pid_n = tile_coords(tile, TILES_M, TILES_N, GROUP_M)
-        img, p0, q0 = _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H, BOX_W)
+        plane, p0, q0 = _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H, BOX_W)
         w_row = g * K_G + pid_n * BLOCK_N
-        for tap in range(TAPS):
-            r = tap // S
-            h = p0 - PAD_H + r * DIL_H
-            w = q0 - PAD_W + (tap - r * S) * DIL_W
-            for cb in range(NCB):
-                stage = acquire_stage(empty, step)
-                bar = ready.index(stage)
-                mbarrier.expect(bar, nbytes)
-                tma_load(w_desc, [w_row, (tap * NCB + cb) * BLOCK_K], bar, b_bufs.index(stage))
-                # out-of-bounds box elements (padding, negative coordinates, channels past C) read as zero
-                tma_load(x_desc, [img, h, w, g * C_G + cb * BLOCK_K], bar, a_bufs.index(stage))
-                step += 1
+        for t in range(T):
+            x_plane = _input_plane(plane, t, Z, D, STRIDE_D, DIL_D, PAD_D)
+            for tap in range(TAPS):
+                r = tap // S
+                h = p0 - PAD_H + r * DIL_H
+                w = q0 - PAD_W + (tap - r * S) * DIL_W
+                for cb in range(NCB):
+                    stage = acquire_stage(empty, step)
+                    bar = ready.index(stage)
+                    mbarrier.expect(bar, nbytes)
+                    tma_load(w_desc, [w_row, ((t * TAPS + tap) * NCB + cb) * BLOCK_K], bar, b_bufs.index(stage))
+                    # out-of-bounds box elements (padding, negative coordinates, channels past C) read as zero
+                    tma_load(x_desc, [x_plane, h, w, g * C_G + cb * BLOCK_K], bar, a_bufs.index(stage))
+                    step += 1
 
 
 @gluon.jit
@@ -434,9 +454,9 @@ def _conv_fwd_taps(x, w_desc, bias_ptr, y_ptr,
                          Y_START, Y_CHANNELS, T * TAPS * NCB, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
                          A_MODE, BLOCK_M, BLOCK_N, BLOCK_K, BOX_H, BOX_W, GROUP_M, HAS_BIAS, ACTIVATION, STAGE_OUT,
                          num_warps)),
-            (_box_producer, (x, w_desc, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, NCB, PAD_H, PAD_W, DIL_H,
-                             DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG, BLOCK_N, BLOCK_K, BOX_H, BOX_W,
-                             GROUP_M)),
+            (_box_producer, (x, w_desc, a_bufs, b_bufs, ready, empty, Z, D, C_G, K_G, T, S, TAPS, NCB, STRIDE_D,
+                             PAD_H, PAD_W, DIL_D, DIL_H, DIL_W, TILES_M, TILES_N, NUM_TILES, TILES_Q, TILES_IMG,
+                             PAD_D, BLOCK_N, BLOCK_K, BOX_H, BOX_W, GROUP_M)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([

@@ -15,7 +15,7 @@ imported on first use). The same plan drives the launch (:mod:`conv_gluon.launch
 checks (:mod:`conv_gluon.aot`), so the compile checks compile exactly what runs.
 """
 
-from .common import (INPUTS, ROWS, ROWS_MIN_WIDTH, TMA_ALIGN, TensorMap, WeightMatrix, a_mode_of, box_issue,
+from .common import (BOXES_3D, INPUTS, ROWS, ROWS_MIN_WIDTH, TMA_ALIGN, TensorMap, WeightMatrix, a_mode_of, box_issue,
                      check_kernel, dense_nhwc_strides, dense_pixel_strides, dy_channels, dy_group_channels, int32_issue,
                      kernel_issue, rows_box, rows_halo, rows_issue, rows_of, weight_matrix)
 from .data_grad import DataGradPlan, Phase, make_bwd_data_plan
@@ -23,8 +23,8 @@ from .forward import Plan, geometry_plan, make_plan, tma_store_issue
 from .weight_grad import (PARTIAL_CHANNEL_ALIGN, SumLaunch, WeightGradPlan, make_bwd_weight_plan, split_costs,
                           weight_tma_store_issue)
 
-__all__ = ["INPUTS", "ROWS", "ROWS_MIN_WIDTH", "TMA_ALIGN", "TensorMap", "WeightMatrix", "a_mode_of", "box_issue",
-           "check_kernel", "dense_nhwc_strides", "dense_pixel_strides", "dy_channels", "dy_group_channels",
+__all__ = ["BOXES_3D", "INPUTS", "ROWS", "ROWS_MIN_WIDTH", "TMA_ALIGN", "TensorMap", "WeightMatrix", "a_mode_of",
+           "box_issue", "check_kernel", "dense_nhwc_strides", "dense_pixel_strides", "dy_channels", "dy_group_channels",
            "int32_issue", "kernel_issue", "rows_box", "rows_halo", "rows_issue", "rows_of", "weight_matrix",
            "DataGradPlan", "Phase", "make_bwd_data_plan", "Plan", "geometry_plan", "make_plan", "tma_store_issue",
            "PARTIAL_CHANNEL_ALIGN", "SumLaunch", "WeightGradPlan", "make_bwd_weight_plan", "split_costs",

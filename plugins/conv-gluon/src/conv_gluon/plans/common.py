@@ -86,13 +86,19 @@ def int32_issue(problem: ConvProblem, config: TileConfig | None = None) -> str |
     return declines.int32_issue(problem)
 
 
-def box_issue(problem: ConvProblem, config: TileConfig) -> str | None:
-    """Why the input cannot come as TMA boxes (``fwd_box``, ``bwd_data_box``, ``bwd_weight_box``), or None."""
-    reason = declines.ndim_issue(problem, (1, 2), elsewhere=f"{problem.direction}_gather")
-    if reason:
-        return (f"{reason}; the box kernels load rank-4 TMA boxes [1, BOX_H, BOX_W, C] of an N, H, W, C tensor, "
-                "and 3D would need rank-5 descriptors over N, D, H, W, C, boxes [1, 1, BOX_H, BOX_W, C] of one plane "
-                "at a depth coordinate per tap, and box tiles per (image, output plane)")
+#: The box kernels that take 3D (NDHWC): ``fwd_box``, whose box tiles lie in one output plane and read, per depth
+#: tap, one input plane of a rank-4 descriptor over the batch's N x D planes (``kernels/fwd.py``). The others
+#: would need that for the data gradient's depth phases and the weight gradient's units.
+BOXES_3D = ("fwd_box",)
+
+
+def box_issue(problem: ConvProblem, config: TileConfig, kernel: str = "fwd_box") -> str | None:
+    """Why the input cannot come as TMA boxes for ``kernel`` (a ``*_box`` one), or None."""
+    if kernel not in BOXES_3D:
+        reason = declines.ndim_issue(problem, (1, 2), elsewhere=f"{problem.direction}_gather")
+        if reason:
+            return (f"{reason}; of the box kernels only {', '.join(BOXES_3D)} takes 3D so far (boxes of one plane "
+                    "per depth tap; the data gradient's depth phases and the weight gradient's units are not written)")
     g = Geometry.of(problem)
     if problem.direction == "bwd_data":  # every phase is a stride-1 convolution of dy (output channels)
         return _box_issue(Geometry(g.batch, g.groups, g.cout, g.cin, g.p, g.q, g.h, g.w, g.r, g.s, (1, 1), g.pad,
@@ -155,7 +161,7 @@ def rows_issue(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchT
 def kernel_issue(problem: ConvProblem, kernel: str, config: TileConfig, tab: ArchTable) -> str | None:
     """Why candidate kernel ``kernel`` cannot run ``problem`` with ``config`` (a box kernel: boxes must carry
     the input; a kernel of a filter column: a filter of 3 rows and a box for it), or None."""
-    issue = box_issue(problem, config) if kernel.endswith("_box") else None
+    issue = box_issue(problem, config, kernel) if kernel.endswith("_box") else None
     if issue is None and rows_of(kernel) > 1:
         issue = rows_issue(problem, kernel, config, tab)
     return issue

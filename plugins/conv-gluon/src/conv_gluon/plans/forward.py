@@ -153,8 +153,8 @@ def geometry_plan(kernel: str, g: Geometry, config: TileConfig, tab: ArchTable, 
                       PRODUCER_WARPS=producer.warps, PRODUCER_REGS=producer.regs)
     w_map = TensorMap((weight.rows, weight.cols), (weight.cols, 1), (bn, bk))
     x_map = x_hi_map = None
-    if a_mode == "tma_box":
-        x_map = TensorMap((g.batch, g.h, g.w, in_channels), (*sx, 1), (1, box[0], box[1], bk))
+    if a_mode == "tma_box":  # 3D: the batch's N x D input planes (kernels/fwd.py, _input_plane)
+        x_map = TensorMap((g.batch * g.d, g.h, g.w, in_channels), (*sx, 1), (1, box[0], box[1], bk))
     if rows > 1:
         x_hi_map = dataclasses.replace(x_map, block=(1, halo_rows, box[1], bk))
     y_map = None
