@@ -78,13 +78,14 @@ def test_backend_loads_through_its_entry_point():
     (problem(dilation=3, padding=3).with_direction("bwd_weight"), ["bwd_weight_gather", "bwd_weight_box"]),
     (problem(input_size=(30,), filter_size=5, padding=2, dtype="float16").with_direction("bwd_weight"),
      ["bwd_weight_gather", "bwd_weight_box"]),
-    # 3D (NDHWC): the gathering kernels in every direction; the forward's boxes at stride 1 in the plane
-    # (plans.BOXES_3D; tagged experimental until measured, test_a_3d_box_is_experimental), not the others' yet
+    # 3D (NDHWC): the gathering kernels in every direction; the forward's and data gradient's boxes at stride 1
+    # in the plane (plans.BOXES_3D; experimental until measured: test_a_3d_box_is_experimental_until_measured)
     (problem(input_size=(5, 6, 7)), ["fwd_gather", "fwd_box"]),
     (problem(input_size=(5, 6, 7), stride=(2, 1, 1), padding=(0, 1, 1)), ["fwd_gather", "fwd_box"]),
     (problem(input_size=(5, 6, 7), stride=(1, 2, 2)), ["fwd_gather"]),
-    (problem(input_size=(5, 6, 7)).with_direction("bwd_data"), ["bwd_data_gather"]),
-    (problem(input_size=(5, 6, 7), stride=2).with_direction("bwd_data"), ["bwd_data_gather"]),
+    (problem(input_size=(5, 6, 7)).with_direction("bwd_data"), ["bwd_data_gather", "bwd_data_box"]),
+    (problem(input_size=(5, 6, 7)).with_direction("bwd_weight"), ["bwd_weight_gather"]),
+    (problem(input_size=(5, 6, 7), stride=2).with_direction("bwd_data"), ["bwd_data_gather", "bwd_data_box"]),
     (problem(input_size=(1, 6, 7)).with_direction("bwd_weight"), ["bwd_weight_gather"]),
 ])
 def test_kernels_offered(p, kernels):
@@ -117,7 +118,7 @@ def test_declines_with_a_reason(p, device, words):
     assert words in declined(p, device)
 
 
-def test_3d_box_kernels_other_than_the_forwards_decline_naming_the_one_that_takes_3d():
+def test_3d_box_kernels_other_than_plans_boxes_3d_decline_naming_those():
     p = problem(input_size=(5, 6, 7))
     for direction in ("fwd", "bwd_data", "bwd_weight"):
         q = p if direction == "fwd" else p.with_direction(direction)
@@ -125,7 +126,7 @@ def test_3d_box_kernels_other_than_the_forwards_decline_naming_the_one_that_take
             if entry.name in plan.BOXES_3D:
                 assert entry.issue(q) is None, entry.name
             else:
-                assert "only fwd_box takes 3D" in entry.issue(q), entry.name
+                assert "only fwd_box and bwd_data_box take 3D" in entry.issue(q), entry.name
 
 
 def test_sm_90a_is_hopper_too():
@@ -219,11 +220,13 @@ def test_tags():
 
 
 def test_a_3d_box_is_experimental_until_measured():
-    """The forward's 3D boxes have not run on the hardware: never ranked ahead of a kernel that has."""
-    flat, deep = answer(problem()), answer(problem(input_size=(5, 6, 7)))
-    assert [c.kernel for c in deep] == ["fwd_gather", "fwd_box"]
-    assert [("experimental" in c.tags) for c in deep] == [False, True]
-    assert not any("experimental" in c.tags for c in flat)
+    """3D boxes have not run on the hardware: never ranked ahead of a kernel that has."""
+    for direction in ("fwd", "bwd_data"):
+        flat = answer(problem().with_direction(direction))
+        deep = answer(problem(input_size=(5, 6, 7)).with_direction(direction))
+        assert [c.kernel for c in deep] == [f"{direction}_gather", f"{direction}_box"]
+        assert [("experimental" in c.tags) for c in deep] == [False, True]
+        assert not any("experimental" in c.tags for c in flat)
 
 
 def test_ids_are_stable_and_name_the_configuration():

@@ -113,9 +113,9 @@ def test_3d_emulator_catches_a_wrong_depth_argument(direction):
     assert not compare(problem, replay(problem, bad, operands), operands).ok
 
 
-#: ``fwd_box`` in 3D (stride 1 in the plane, channels a multiple of 8): depth stride, padding (front and back) and
-#: dilation; an input of depth 1; a filter of depth 1; groups of whole channel blocks; float16 with a float32
-#: output; images whose planes leave box slots past the edge.
+#: The boxes in 3D (stride 1 in the plane, channels a multiple of 8): depth stride (the data gradient's depth
+#: phases), padding (front and back) and dilation; an input of depth 1; a filter of depth 1; groups of whole channel
+#: blocks; float16 with a float32 output; images whose planes leave box slots past the edge.
 BOX_SHAPES = {
     "box-sd2-pad": dict(batch=2, in_channels=16, out_channels=24, input_size=(6, 7, 9), filter_size=3,
                         stride=(2, 1, 1), padding=((2, 1), (1, 1), (0, 2)), bias=True, activation="relu"),
@@ -130,21 +130,29 @@ BOX_SHAPES = {
 }
 
 
-def box_plan(name: str):
+def box_plan(name: str, direction: str = "fwd"):
     fields = {"stride": 1, "padding": 0, "dilation": 1, "dtype": "bfloat16", "layout": "channels_last",
               "arch": "sm_90", **BOX_SHAPES[name]}
     problem = ConvProblem("fwd", **fields)
-    entry = REGISTRY["fwd_box"]
+    if direction == "bwd_data":
+        problem = problem.replace(bias=False, activation=None, out_dtype=problem.dtype).with_direction(direction)
+    entry = REGISTRY[f"{direction}_box"]
     assert entry.issue(problem) is None, entry.issue(problem)
     return problem, entry.plan(problem, entry, configs.select(TAB, entry.family, problem), TAB)
 
 
-@pytest.mark.parametrize("name", BOX_SHAPES)
-def test_3d_forward_boxes_compute_the_convolution(name):
-    problem, p = box_plan(name)
-    g = p.geometry
-    assert p.a_mode == "tma_box" and p.x_map.shape[0] == g.batch * g.d  # the batch's input planes
-    assert dict(p.scalars)["TILES_M"] == g.batch * g.od * dict(p.scalars)["TILES_IMG"]  # box tiles per plane
+BOX_CASES = [(name, direction) for name in BOX_SHAPES for direction in ("fwd", "bwd_data")]
+
+
+@pytest.mark.parametrize("name, direction", BOX_CASES, ids=[f"{n}-{d}" for n, d in BOX_CASES])
+def test_3d_boxes_compute_the_convolution(name, direction):
+    """``fwd_box`` and ``bwd_data_box`` (every phase a stride-1 convolution of ``dy``, its depth phase's planes
+    of ``dx`` out) in 3D."""
+    problem, p = box_plan(name, direction)
+    for launch in [ph.plan for ph in p.phases] if direction == "bwd_data" else [p]:
+        g = launch.geometry
+        assert launch.a_mode == "tma_box" and launch.x_map.shape[0] == g.batch * g.d  # the batch's input planes
+        assert dict(launch.scalars)["TILES_M"] == g.batch * g.od * dict(launch.scalars)["TILES_IMG"]
     operands = random_operands(problem, "cpu", seed=5)
     result = compare(problem, replay(problem, p, operands), operands)
     assert result.ok, f"{p.kernel} ({p.config_name}): {result.message}"

@@ -7,7 +7,7 @@ checked by ``tests/test_registry.py``). The data gradient runs the forward kerne
 kernels take the forward's configuration families.
 
 Each direction's gathering kernel runs every problem the backend takes, 3D (NDHWC) included; the box kernels need
-TMA boxes to carry their input (1D and 2D; 3D ``fwd_box`` alone, :data:`conv_gluon.plans.BOXES_3D`), and the
+TMA boxes to carry their input (1D and 2D; 3D only those of :data:`conv_gluon.plans.BOXES_3D`), and the
 kernels of a filter column (``*_rows_box``) a filter of 3 rows (``applies``: the reason, from
 :func:`conv_gluon.plans.kernel_issue` with the configuration the table picks).
 """
@@ -83,7 +83,8 @@ REGISTRY = Registry([
            "transposed per group and restricted to the phase's taps (exact taps, nothing masked away; tap-less "
            "phases zero-filled)"),
     _entry("bwd_data_box", "fwd_box", "bwd_data",
-           "the same with `dy` as TMA boxes (every phase is stride 1; output channels a multiple of 8)"),
+           "the same with `dy` as TMA boxes (every phase is stride 1; output channels a multiple of 8); 3D: "
+           "`fwd_box`'s boxes per depth phase (experimental: not yet run on the hardware)"),
     _entry("bwd_data_rows_box", "fwd_rows_box", "bwd_data",
            "the same through `fwd_rows_box`, for 3-row filters at stride 1 along the height (every phase keeps the "
            "3 rows)"),
