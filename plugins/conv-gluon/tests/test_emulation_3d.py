@@ -1,6 +1,7 @@
-"""3D (NDHWC) through the gathering kernels and the forward's TMA boxes, checked on the CPU: each direction's plan
-replayed by the emulator (``emulator.py``: the kernels' depth decode, depth taps and per-axis bounds; the boxes'
-input planes, a plane outside the volume read as zeros) against conv-core's float64 reference and tolerance model.
+"""3D (NDHWC) through the gathering kernels and the TMA boxes of the forward and data gradient, checked on the CPU:
+each direction's plan replayed by the emulator (``emulator.py``: the kernels' depth decode, depth taps and per-axis
+bounds; the boxes' input planes, a plane outside the volume read as zeros) against conv-core's float64 reference
+and tolerance model.
 
 Small odd shapes: stride 2 and 3, dilation 2, asymmetric padding, an input of depth 1 (the depth taps read
 padding), a filter of depth 1, odd channel counts (the register gather), groups; bfloat16 and float16.
