@@ -190,7 +190,7 @@ def _tma_box(plan: Plan, xf, tmap, img: int, h0: int, w0: int, channel: int) -> 
 
 
 def _input_plane(plane: int, t: int, s, c) -> int:
-    """``kernels/fwd._input_plane``: the input plane depth tap ``t`` of output plane ``plane`` reads, or -1
+    """``kernels/pipeline.input_plane``: the input plane depth tap ``t`` of output plane ``plane`` reads, or -1
     (outside the tensor: zeros) where it lies outside the volume."""
     img, z = divmod(plane, s["Z"])
     d = z * s["STRIDE_D"] - c["PAD_D"] + t * s["DIL_D"]
@@ -323,22 +323,23 @@ def _weight_grad_tiles(wplan: WeightGradPlan, xf, dym, g, tap, pid_m, pid_n, ste
     dy_col = g * s["DY_GROUP"] + pid_m * bm + m
     _tma_start_aligned(int(dy_col[0]), wplan.dtype, "dy")
     if c["X_MODE"] == A_MODES["tma_box"]:
-        n_all, p_all, q_all, k_all = wplan.dy_map.shape
+        n_all, p_all, q_all, k_all = wplan.dy_map.shape  # (3D: the N x Z output planes)
         assert wplan.dy_map.block == (1, c["BOX_H"], c["BOX_W"], bm)
-        img, rest = divmod(step, s["TILES_IMG"])
+        plane, rest = divmod(step, s["TILES_IMG"])
         tp, tq = divmod(rest, s["TILES_Q"])
         p = tp * c["BOX_H"] + pix // c["BOX_W"]
         q = tq * c["BOX_W"] + pix % c["BOX_W"]
-        rows_ok = (img < n_all) & (p < p_all) & (q < q_all)
-        j = (img * p_all + p) * q_all + q  # the box's pixels in dy's [J, K] rows
+        rows_ok = (plane < n_all) & (p < p_all) & (q < q_all)
+        j = (plane * p_all + p) * q_all + q  # the box's pixels in dy's [J, K] rows
         a = _bounded(dym, j, rows_ok, dy_col, dy_col < k_all)
-        nx, hx, wx, cx = wplan.x_map.shape
+        nx, hx, wx, cx = wplan.x_map.shape  # (3D: the N x D input planes)
         assert wplan.x_map.block == (1, c["BOX_H"], c["BOX_W"], bn)
+        x_plane = _input_plane(plane, depth_tap, s, c)
         h, w = p + dh + row_shift, q + dw
-        ok = (img < nx) & (h >= 0) & (h < hx) & (w >= 0) & (w < wx)
+        ok = (0 <= x_plane < nx) & (h >= 0) & (h < hx) & (w >= 0) & (w < wx)
         chan = g * s["C_G"] + pid_n * bn + n  # TMA reads every channel within the tensor
         _tma_start_aligned(int(chan[0]), wplan.dtype, "x")
-        pixel = torch.where(ok, (img * hx + h) * wx + w, 0)
+        pixel = torch.where(ok, (x_plane * hx + h) * wx + w, 0)
         b = _bounded(xf.view(-1, cx), pixel, ok, chan, chan < cx)
         return a, b
     j = step * bk + pix

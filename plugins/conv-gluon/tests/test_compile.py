@@ -15,7 +15,7 @@ from __future__ import annotations
 from conv_core.testing.plugin_checks import compile_check_tests
 from conv_core.arch import spec
 from conv_gluon.registry import REGISTRY
-from conv_gluon import aot, configs, specialization, sweep
+from conv_gluon import aot, configs, plans, specialization, sweep
 
 JOBS = aot.jobs()
 
@@ -41,9 +41,8 @@ def test_3d_is_compiled_in_every_gathering_mode_of_every_direction_and_in_the_bo
     the box kernels of ``plans.BOXES_3D`` (the data gradient's: a depth phase's negative padding)."""
     third = [job for job in JOBS if "3d" in job.shape]
     gathering = {mode for mode, (kernel, _) in aot.MODES.items() if kernel.endswith("_gather")}
-    assert {job.mode for job in third} == gathering | {"tma_box"}
-    assert {job.kernel for job in third} == {"fwd_gather", "bwd_data_gather", "bwd_weight_gather", "fwd_box",
-                                             "bwd_data_box"}
+    assert {job.mode for job in third} == gathering | {"tma_box", "wgrad_box"}
+    assert {job.kernel for job in third} == {"fwd_gather", "bwd_data_gather", "bwd_weight_gather", *plans.BOXES_3D}
     for job in third:
         p = aot.job_plan(job)[1]
         assert p.geometry.t == 3 or job.kernel.startswith("bwd_data"), job.id  # (a phase: fewer depth taps)

@@ -1,4 +1,4 @@
-"""3D (NDHWC) through the gathering kernels and the TMA boxes of the forward and data gradient, checked on the CPU:
+"""3D (NDHWC) through the gathering kernels and the TMA boxes of every direction, checked on the CPU:
 each direction's plan replayed by the emulator (``emulator.py``: the kernels' depth decode, depth taps and per-axis
 bounds; the boxes' input planes, a plane outside the volume read as zeros) against conv-core's float64 reference
 and tolerance model.
@@ -114,9 +114,9 @@ def test_3d_emulator_catches_a_wrong_depth_argument(direction):
     assert not compare(problem, replay(problem, bad, operands), operands).ok
 
 
-#: The boxes in 3D (stride 1 in the plane, channels a multiple of 8): depth stride (the data gradient's depth
-#: phases), padding (front and back) and dilation; an input of depth 1; a filter of depth 1; groups of whole channel
-#: blocks; float16 with a float32 output; images whose planes leave box slots past the edge.
+#: The boxes in 3D, every direction (stride 1 in the plane, channels a multiple of 8): depth stride (the data
+#: gradient's depth phases), padding (front and back) and dilation; an input of depth 1; a filter of depth 1;
+#: groups of whole channel blocks; float16 with a float32 output; images whose planes leave box slots past the edge.
 BOX_SHAPES = {
     "box-sd2-pad": dict(batch=2, in_channels=16, out_channels=24, input_size=(6, 7, 9), filter_size=3,
                         stride=(2, 1, 1), padding=((2, 1), (1, 1), (0, 2)), bias=True, activation="relu"),
@@ -135,28 +135,39 @@ def box_plan(name: str, direction: str = "fwd"):
     fields = {"stride": 1, "padding": 0, "dilation": 1, "dtype": "bfloat16", "layout": "channels_last",
               "arch": "sm_90", **BOX_SHAPES[name]}
     problem = ConvProblem("fwd", **fields)
-    if direction == "bwd_data":
+    if direction != "fwd":
         problem = problem.replace(bias=False, activation=None, out_dtype=problem.dtype).with_direction(direction)
     entry = REGISTRY[f"{direction}_box"]
     assert entry.issue(problem) is None, entry.issue(problem)
     return problem, entry.plan(problem, entry, configs.select(TAB, entry.family, problem), TAB)
 
 
-BOX_CASES = [(name, direction) for name in BOX_SHAPES for direction in ("fwd", "bwd_data")]
+BOX_CASES = [(name, direction) for name in BOX_SHAPES for direction in DIRECTIONS]
 
 
 @pytest.mark.parametrize("name, direction", BOX_CASES, ids=[f"{n}-{d}" for n, d in BOX_CASES])
 def test_3d_boxes_compute_the_convolution(name, direction):
-    """``fwd_box`` and ``bwd_data_box`` (every phase a stride-1 convolution of ``dy``, its depth phase's planes
-    of ``dx`` out) in 3D."""
+    """``fwd_box``, ``bwd_data_box`` (every phase a stride-1 convolution of ``dy``, its depth phase's planes of
+    ``dx`` out) and ``bwd_weight_box`` (steps: boxes of one output plane) in 3D."""
     problem, p = box_plan(name, direction)
     for launch in [ph.plan for ph in p.phases] if direction == "bwd_data" else [p]:
-        g = launch.geometry
-        assert launch.a_mode == "tma_box" and launch.x_map.shape[0] == g.batch * g.d  # the batch's input planes
-        assert dict(launch.scalars)["TILES_M"] == g.batch * g.od * dict(launch.scalars)["TILES_IMG"]
+        g, s = launch.geometry, dict(launch.scalars)
+        assert launch.x_map.shape[0] == g.batch * g.d  # the batch's input planes
+        boxes = s["STEPS"] if direction == "bwd_weight" else s["TILES_M"]
+        assert boxes == g.batch * g.od * s["TILES_IMG"]  # per output plane
     operands = random_operands(problem, "cpu", seed=5)
     result = compare(problem, replay(problem, p, operands), operands)
     assert result.ok, f"{p.kernel} ({p.config_name}): {result.message}"
+
+
+def test_3d_weight_gradient_boxes_split_in_ragged_ranges():
+    """Forced splits over the boxes of every output plane, the last one shorter, summed in order."""
+    problem, whole = box_plan("box-sd2-pad", "bwd_weight")
+    p = plan.make_bwd_weight_plan(problem, "bwd_weight_box", whole.config, TAB, split_steps=5)
+    assert p.splits > 1 and p.grid.steps % 5
+    operands = random_operands(problem, "cpu", seed=6)
+    result = compare(problem, replay(problem, p, operands), operands)
+    assert result.ok, result.message
 
 
 def test_3d_forward_boxes_catch_a_wrong_plane():

@@ -25,8 +25,9 @@ bfloat16, and in float16 once with an output channel count that is not a multipl
 stages the tile through shared memory, and the ring may be shallower); a few geometries catch what the JIT
 specializes on (arguments equal to 1 become constants: stride 1, dilation 1, a 1D problem; no bias, no
 activation; a float32 output; every box shape) and the data gradient's phases (negative padding, an output
-that starts inside ``dx``), and 3D (NDHWC) in the gathering modes and ``fwd_box``'s: the forward, a data-gradient
-phase at stride 2 (a depth phase's negative padding) and the weight gradient (``*3d*`` shapes). Arguments that
+that starts inside ``dx``), and 3D (NDHWC) in the gathering modes and the boxes that take it
+(``plans.BOXES_3D``): the forward, a data-gradient phase at stride 2 (a depth phase's negative padding) and the
+weight gradient (``*3d*`` shapes). Arguments that
 change with the batch or the image size are compiled as the JIT takes them: plain integers
 (:mod:`conv_gluon.specialization`).
 

@@ -95,7 +95,8 @@ REGISTRY = Registry([
            "split into ranges whose float32 partials a second kernel sums in split order"),
     _entry("bwd_weight_box", "bwd_weight_box", "bwd_weight",
            "the same at stride 1 with input channels a multiple of 8: `dy` and `x` as TMA boxes of output pixels "
-           "(one producer warp)"),
+           "(one producer warp); 3D (any depth stride): boxes of one output plane, `x`'s in each depth tap's input "
+           "plane (experimental: not yet run on the hardware)"),
     _entry("bwd_weight_rows_box", "bwd_weight_rows_box", "bwd_weight",
            "the same for filters of 3 rows, a unit per filter column: its three taps share each step's `dy` box, "
            "and `x` comes as two boxes stacked (three pixel tiles loaded where per-tap units load six); three "

@@ -300,12 +300,13 @@ class WeightGradGrid:
 
 def weight_grad_steps(g: Geometry, block_k: int, box: tuple[int, int] | None) -> tuple[int, int, int]:
     """``(steps, tiles_q, tiles_img)`` of the weight gradient's reduction: ``BLOCK_K``-pixel slices of the
-    flattened batch, or (``box``) boxes of ``BOX_H x BOX_W`` output pixels of one image."""
+    flattened batch, or (``box``) boxes of ``BOX_H x BOX_W`` output pixels of one output plane (3D: per image and
+    plane)."""
     if box is None:
         return cdiv(g.pixels, block_k), 1, 1
     tiles_q = cdiv(g.q, box[1])
     tiles_img = cdiv(g.p, box[0]) * tiles_q
-    return g.batch * tiles_img, tiles_q, tiles_img
+    return g.batch * g.od * tiles_img, tiles_q, tiles_img
 
 
 def unit_coords(unit: int, tiles_m: int, tiles_n: int, taps: int, groups: int,

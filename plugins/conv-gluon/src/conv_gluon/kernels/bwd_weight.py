@@ -83,6 +83,7 @@ from .pipeline import (
     gather_into,
     gather_layout,
     init_ring,
+    input_plane,
     mma_step,
     pixel_coords,
     ready_arrivals,
@@ -283,14 +284,18 @@ def _gather_producer(dy_desc, x_ptr, a_bufs, b_bufs, ready, empty,
 
 @gluon.jit
 def _box_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
-                  C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H, PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS,
-                  SPLIT_STEPS, TILES_Q, TILES_IMG, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  BOX_H: gl.constexpr, BOX_W: gl.constexpr, GROUP_M: gl.constexpr, ROWS: gl.constexpr):
+                  Z, D, C_G, K_G, T, S, TAPS, GROUPS, DY_GROUP, STRIDE_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W, TILES_M,
+                  TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG, PAD_D: gl.constexpr,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BOX_H: gl.constexpr, BOX_W: gl.constexpr,
+                  GROUP_M: gl.constexpr, ROWS: gl.constexpr):
+    """The box producer: per unit, its tap (depth tap ``t``, then a tap or a filter column of the plane); per
+    k-step a box of output pixels of one output plane (``image * Z + z``): ``dy``'s box there and the ``x`` box
+    the tap reads, in the depth tap's input plane (``pipeline.input_plane``: outside the volume, zeros)."""
     x_boxes: gl.constexpr = 1 if ROWS == 1 else 2  # a filter column's unit: two x boxes, one above the other
     nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_boxes * x_desc.block_type.nbytes
     step = 0
     for unit in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
-        split, g, _, tap, pid_m, pid_n = unit_coords(unit, TAPS, 1, GROUPS, TILES_M, TILES_N, GROUP_M)
+        split, g, t, tap, pid_m, pid_n = unit_coords(unit, TAPS, T, GROUPS, TILES_M, TILES_N, GROUP_M)
         row = tap // S
         dh = row * ROWS * DIL_H - PAD_H  # the unit's first filter row (ROWS = 3: row 0)
         dw = (tap - row * S) * DIL_W - PAD_W
@@ -299,21 +304,22 @@ def _box_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
         k0, n_steps = split_steps(split, STEPS, SPLIT_STEPS)
         for kk in range(n_steps):
             box = k0 + kk
-            img = box // TILES_IMG
-            rest = box - img * TILES_IMG
+            plane = box // TILES_IMG
+            rest = box - plane * TILES_IMG
             tp = rest // TILES_Q
             p0 = tp * BOX_H
             q0 = (rest - tp * TILES_Q) * BOX_W
+            x_plane = input_plane(plane, t, Z, D, STRIDE_D, DIL_D, PAD_D)
             stage = acquire_stage(empty, step)
             bar = ready.index(stage)
             mbarrier.expect(bar, nbytes)
             # out-of-bounds elements (pixels past the image, padding, channels past the tensor) read as zeros
-            tma_load(dy_desc, [img, p0, q0, dy_col], bar, a_bufs.index(stage))
+            tma_load(dy_desc, [plane, p0, q0, dy_col], bar, a_bufs.index(stage))
             if ROWS == 1:
-                tma_load(x_desc, [img, p0 + dh, q0 + dw, x_col], bar, b_bufs.index(stage))
+                tma_load(x_desc, [x_plane, p0 + dh, q0 + dw, x_col], bar, b_bufs.index(stage))
             else:
-                tma_load(x_desc, [img, p0 + dh, q0 + dw, x_col], bar, b_bufs.index(2 * stage))
-                tma_load(x_desc, [img, p0 + dh + BOX_H, q0 + dw, x_col], bar, b_bufs.index(2 * stage + 1))
+                tma_load(x_desc, [x_plane, p0 + dh, q0 + dw, x_col], bar, b_bufs.index(2 * stage))
+                tma_load(x_desc, [x_plane, p0 + dh + BOX_H, q0 + dw, x_col], bar, b_bufs.index(2 * stage + 1))
             step += 1
 
 
@@ -342,9 +348,10 @@ def conv_bwd_weight(dy_desc, x, out_ptr, out_desc,
     ``ROWS``: 1, or 3 for units of a whole filter column (``tma_box`` only: two ``x`` boxes per step, and
     ``ROW_DIL = DIL_H`` as a constant); ``TAPS`` counts the units per tile: taps, or columns. ``out_desc``: with
     ``TMA_STORE``, the descriptor of ``out_ptr``'s tensor as ``[splits, K, taps, OUT_TAP]`` with ``[1, BLOCK_M,
-    1, BLOCK_N]`` boxes, the epilogue's TMA copies (else ``out_ptr`` again, unused). 3D (gathering modes): pixels
+    1, BLOCK_N]`` boxes, the epilogue's TMA copies (else ``out_ptr`` again, unused). 3D: pixels
     ``(image, z, p, q)`` (``J = N Z P Q``), input planes ``sx_d`` apart, ``T`` depth taps of ``TAPS`` units per
-    tile each, stored at taps ``t * TAPS + tap``; below 3D ``Z = D = T = 1`` and ``PAD_D = 0``."""
+    tile each, stored at taps ``t * TAPS + tap``; ``tma_box``: ``dy``'s descriptor over the ``N x Z`` output planes
+    and ``x``'s over the ``N x D`` input planes, boxes of one plane; below 3D ``Z = D = T = 1`` and ``PAD_D = 0``."""
     dtype: gl.constexpr = dy_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + dy_desc.block_type.shape, dy_desc.layout)
     if X_MODE == TMA_BOX:
@@ -367,9 +374,9 @@ def conv_bwd_weight(dy_desc, x, out_ptr, out_desc,
                               OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS,
                               BLOCK_M, BLOCK_N, BLOCK_K, BOX_H, BOX_W, ROW_DIL, GROUP_M, STAGE_OUT, TMA_STORE,
                               num_warps)),
-            (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H,
-                             PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG,
-                             BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M, ROWS)),
+            (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, Z, D, C_G, K_G, T, S, TAPS, GROUPS,
+                             DY_GROUP, STRIDE_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS,
+                             SPLIT_STEPS, TILES_Q, TILES_IMG, PAD_D, BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M, ROWS)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     elif X_MODE == TMA_BOX:
         gl.static_assert(ROWS == 1, "ROWS is 1 or 3")
@@ -377,9 +384,9 @@ def conv_bwd_weight(dy_desc, x, out_ptr, out_desc,
             (_consumer, (a_bufs, b_bufs, ready, empty, out_buf, out_ptr, out_desc, K_G, C_G, TAPS, T, GROUPS,
                          OUT_ROW, OUT_TAP, SPLIT_STRIDE, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, X_MODE,
                          BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, STAGE_OUT, TMA_STORE, num_warps)),
-            (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, C_G, K_G, S, TAPS, GROUPS, DY_GROUP, PAD_H,
-                             PAD_W, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS, SPLIT_STEPS, TILES_Q, TILES_IMG,
-                             BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M, ROWS)),
+            (_box_producer, (dy_desc, x, a_bufs, b_bufs, ready, empty, Z, D, C_G, K_G, T, S, TAPS, GROUPS,
+                             DY_GROUP, STRIDE_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W, TILES_M, TILES_N, NUM_UNITS, STEPS,
+                             SPLIT_STEPS, TILES_Q, TILES_IMG, PAD_D, BLOCK_M, BLOCK_N, BOX_H, BOX_W, GROUP_M, ROWS)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([

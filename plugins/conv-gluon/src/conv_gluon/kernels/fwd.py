@@ -57,7 +57,7 @@ walks depth taps ``t`` outside the plane's taps ``(r, s)``. The producer decodes
 t * DIL_D``, masking the rows whose plane lies outside the volume (``pipeline.depth_offsets``). ``tma_box``
 (``fwd_box``: stride 1 in the plane, any stride in depth) takes 3D too: its tiles are boxes of one output plane,
 box tiles per ``(image, z)``, and the descriptor is rank 4 over the batch's ``N x D`` input planes; per depth tap
-the producer reads its boxes in plane ``image * D + d`` (``_input_plane``), and where ``d`` lies outside the
+the producer reads its boxes in plane ``image * D + d`` (``pipeline.input_plane``), and where ``d`` lies outside the
 volume at plane -1, outside the tensor, which TMA reads as zeros: the whole box is padding. Below 3D
 ``Z = D = T = STRIDE_D = DIL_D = 1`` (constants to the JIT) and ``PAD_D = 0`` (a constexpr): the depth axis folds
 away and the 2D kernels compile to the instructions they did before it existed.
@@ -82,6 +82,7 @@ from .pipeline import (
     gather_into,
     gather_layout,
     init_ring,
+    input_plane,
     mma_step,
     pixel_coords,
     ready_arrivals,
@@ -285,16 +286,6 @@ def _gather_producer(x_ptr, w_desc, a_bufs, b_bufs, ready, empty,
 
 
 @gluon.jit
-def _input_plane(plane, t, Z, D, STRIDE_D, DIL_D, PAD_D: gl.constexpr):
-    """The input plane (of the ``N x D`` planes the descriptor holds) that depth tap ``t`` of output plane
-    ``plane`` (``image * Z + z``) reads, or -1 where it lies outside the volume: a box there is outside the tensor
-    and reads as zeros. Below 3D every argument but ``plane`` is a constant 1 or 0: the plane is the image."""
-    img = plane // Z
-    d = (plane - img * Z) * STRIDE_D - PAD_D + t * DIL_D
-    return gl.where((d >= 0) & (d < D), img * D + d, -1)
-
-
-@gluon.jit
 def _box_producer(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                   Z, D, C_G, K_G, T, S, TAPS, NCB, STRIDE_D, PAD_H, PAD_W, DIL_D, DIL_H, DIL_W, TILES_M, TILES_N,
                   NUM_TILES, TILES_Q, TILES_IMG, PAD_D: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
@@ -309,7 +300,7 @@ def _box_producer(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
         plane, p0, q0 = _box_origin(pid_m, TILES_Q, TILES_IMG, BOX_H, BOX_W)
         w_row = g * K_G + pid_n * BLOCK_N
         for t in range(T):
-            x_plane = _input_plane(plane, t, Z, D, STRIDE_D, DIL_D, PAD_D)
+            x_plane = input_plane(plane, t, Z, D, STRIDE_D, DIL_D, PAD_D)
             for tap in range(TAPS):
                 r = tap // S
                 h = p0 - PAD_H + r * DIL_H

@@ -160,6 +160,16 @@ def depth_offsets(base, z, t, ok, D, STRIDE_D, PAD_D: gl.constexpr, DIL_D, sx_d)
 
 
 @gluon.jit
+def input_plane(plane, t, Z, D, STRIDE_D, DIL_D, PAD_D: gl.constexpr):
+    """The input plane (of the ``N x D`` planes a box descriptor holds) that depth tap ``t`` of output plane
+    ``plane`` (``image * Z + z``) reads, or -1 where it lies outside the volume: a box there is outside the tensor
+    and reads as zeros. Below 3D every argument but ``plane`` is a constant 1 or 0: the plane is the image."""
+    img = plane // Z
+    d = (plane - img * Z) * STRIDE_D - PAD_D + t * DIL_D
+    return gl.where((d >= 0) & (d < D), img * D + d, -1)
+
+
+@gluon.jit
 def tap_offsets(base, h, w, ok, H, W, sx_h, sx_w, VEC: gl.constexpr):
     """Each row's offset of input pixel ``(h, w)`` from ``base`` and whether it is read: ``ok`` and inside
     the image (outside: the padding, zeros). Masked rows point at the tensor's start: never read, but never

@@ -87,10 +87,11 @@ def int32_issue(problem: ConvProblem, config: TileConfig | None = None) -> str |
 
 
 #: The box kernels that take 3D (NDHWC): ``fwd_box``, whose box tiles lie in one output plane and read, per depth
-#: tap, one input plane of a rank-4 descriptor over the batch's N x D planes (``kernels/fwd.py``), and
+#: tap, one input plane of a rank-4 descriptor over the batch's N x D planes (``kernels/fwd.py``);
 #: ``bwd_data_box``, which runs it per stride phase (every phase a stride-1 convolution of ``dy``, a depth phase's
-#: planes of ``dx`` out). The weight gradient's units would need the same, not written.
-BOXES_3D = ("fwd_box", "bwd_data_box")
+#: planes of ``dx`` out); ``bwd_weight_box``, whose steps are boxes of one output plane of ``dy`` and, per depth tap,
+#: of an input plane of ``x``. Not the filter columns' (``*_rows_box``).
+BOXES_3D = ("fwd_box", "bwd_data_box", "bwd_weight_box")
 
 
 def box_issue(problem: ConvProblem, config: TileConfig, kernel: str = "fwd_box") -> str | None:
@@ -98,8 +99,8 @@ def box_issue(problem: ConvProblem, config: TileConfig, kernel: str = "fwd_box")
     if kernel not in BOXES_3D:
         reason = declines.ndim_issue(problem, (1, 2), elsewhere=f"{problem.direction}_gather")
         if reason:
-            return (f"{reason}; of the box kernels only {' and '.join(BOXES_3D)} take 3D so far (boxes of one "
-                    "plane per depth tap; the weight gradient's units are not written for it)")
+            return (f"{reason}; of the box kernels only {', '.join(BOXES_3D)} take 3D so far (boxes of one plane "
+                    "per depth tap; a filter column's boxes are not written for it)")
     g = Geometry.of(problem)
     if problem.direction == "bwd_data":  # every phase is a stride-1 convolution of dy (output channels)
         return _box_issue(Geometry(g.batch, g.groups, g.cout, g.cin, g.p, g.q, g.h, g.w, g.r, g.s, (1, 1), g.pad,

@@ -221,10 +221,10 @@ def make_bwd_weight_plan(problem: ConvProblem, kernel: str, config: TileConfig, 
                       VEC=tiling.vector_width(g.cin), EVEN_C=g.cin % bn == 0, STAGE_OUT=stage_out, ROWS=rows,
                       ROW_DIL=g.dil[0] if rows > 1 else 0, TMA_STORE=tma_store,
                       PRODUCER_WARPS=producer.warps, PRODUCER_REGS=producer.regs)
-    if box:
-        dy_map = TensorMap((g.batch, g.p, g.q, k_pad), (*dense_nhwc_strides(g.batch, g.p, g.q, k_pad), 1),
+    if box:  # 3D: dy's N x Z output planes and x's N x D input planes (kernels/bwd_weight.py, _box_producer)
+        dy_map = TensorMap((g.batch * g.od, g.p, g.q, k_pad), (*dense_nhwc_strides(g.batch, g.p, g.q, k_pad), 1),
                            (1, box[0], box[1], bm))
-        x_map = TensorMap((g.batch, g.h, g.w, problem.in_channels), (*sx, 1), (1, box[0], box[1], bn))
+        x_map = TensorMap((g.batch * g.d, g.h, g.w, problem.in_channels), (*sx, 1), (1, box[0], box[1], bn))
     else:
         dy_map, x_map = TensorMap((g.pixels, k_pad), (k_pad, 1), (bk, bm)), None
     limit = tiling.maxnreg(config.num_warps, producer.warps, tab.registers_per_sm, tab.max_registers_per_thread)
