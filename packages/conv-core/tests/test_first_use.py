@@ -429,6 +429,18 @@ def test_aten_is_timed_on_a_fused_problem_whose_measured_time_is_the_bare_proble
     assert len(timed) == 1 and engine.ranking(PROBLEM, CPU).best.source.startswith("tuning-db")
 
 
+def test_an_experimental_candidate_is_never_timed_the_next_best_of_its_backend_is():
+    """It ranks behind aten whatever its time (conv_core.ranking): timing it would only cost its compilation."""
+    from conv_core.ranking import worth_timing
+
+    def plugin(config, us, *tags):
+        return Candidate("one", "k", config, lambda *a, **k: None, estimate_us=us, tags=frozenset(tags))
+
+    chosen = worth_timing([plugin("a", 10.0, "experimental"), plugin("b", 20.0), plugin("c", 15.0, "experimental")],
+                          aten_us=ATEN_US)
+    assert [c.kernel_id for c in chosen] == ["one:k:b"]
+
+
 # ---- first runs side by side ---------------------------------------------------------------------------------------
 
 

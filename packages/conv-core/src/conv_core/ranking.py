@@ -194,7 +194,8 @@ def worth_timing(candidates: list[Candidate], aten_us: float | None) -> list[Can
     Nothing where aten takes less than a plugin's host time per call (with the margin): no plugin can earn its
     place ahead of it (:func:`baseline_first`). Otherwise, by backend, the :data:`FIRST_USE_PER_BACKEND` best
     estimated candidates whose estimate is within :data:`FIRST_USE_SLACK` of aten's time, best estimate first
-    (ties by kernel id, so the same problem always times the same candidates).
+    (ties by kernel id, so the same problem always times the same candidates), never an ``experimental`` one (it
+    ranks behind aten whatever its time: timing it would only cost its compilation).
     """
     if aten_us is not None and aten_us < PLUGIN_HOST_US * MARGIN:
         return []
@@ -203,7 +204,7 @@ def worth_timing(candidates: list[Candidate], aten_us: float | None) -> list[Can
     for c in sorted(candidates, key=lambda c: (c.estimate_us, c.kernel_id)):
         if aten_us is not None and c.estimate_us > aten_us * FIRST_USE_SLACK:
             break
-        if per_backend.get(c.backend, 0) < FIRST_USE_PER_BACKEND:
+        if "experimental" not in c.tags and per_backend.get(c.backend, 0) < FIRST_USE_PER_BACKEND:
             per_backend[c.backend] = per_backend.get(c.backend, 0) + 1
             chosen.append(c)
     return chosen

@@ -58,14 +58,13 @@ def conv_core_candidates(problem: ConvProblem, device: torch.device) -> list[Can
                        estimate_us=estimate_us(problem, efficiency, 0.35), tags=frozenset(tags))
     if not _cudnn_relu_applies(problem, device):
         return [native]
-    # behind the native call until timed: cuDNN's fused kernels win on dense layers, lose on others (see CUDNN_RELU)
     return [native, Candidate(NAME, *CUDNN_RELU.split(":"), run=_CudnnRelu(problem),
                               estimate_us=native.estimate_us * 1.1, tags=frozenset(tags - {"direct"}))]
 
 
 #: cuDNN's convolution + bias + ReLU as one operator (``torch.cudnn_convolution_relu``, what PyTorch's frozen
 #: TorchScript graphs run): one call and one kernel where ``F.conv2d`` then ``relu`` make three (the bias is an add
-#: of its own). For a fused inference call; timing decides: ResNet-50 with its batch norms folded ran 1.4 against
+#: of its own). For a fused inference call, behind the native call until timed: ResNet-50 folded ran 1.4 against
 #: 2.5 ms of GPU time per step this way, MobileNetV3-L 2.2 against 1.3 ms (H200, torch 2.11, cuDNN 9.19).
 CUDNN_RELU = "cudnn:conv_bias_relu"
 CUDNN_RELU_ID = f"{NAME}:{CUDNN_RELU}"
