@@ -27,9 +27,8 @@ specializes on (arguments equal to 1 become constants: stride 1, dilation 1, a 1
 activation; a float32 output; every box shape) and the data gradient's phases (negative padding, an output
 that starts inside ``dx``), and 3D (NDHWC) in the gathering modes and the boxes that take it
 (``plans.BOXES_3D``): the forward, a data-gradient phase at stride 2 (a depth phase's negative padding) and the
-weight gradient (``*3d*`` shapes). Arguments that
-change with the batch or the image size are compiled as the JIT takes them: plain integers
-(:mod:`conv_gluon.specialization`).
+weight gradient (``*3d*`` shapes). Arguments that change with the batch or the image size are compiled as the JIT
+takes them: plain integers (:mod:`conv_gluon.specialization`).
 
 The weight gradient (``kernels/bwd_weight.py``) is compiled the same way for each of its configurations and
 ways of bringing ``x`` (``wgrad_*`` modes) on a split problem (float32 partial stores), in bfloat16 and
@@ -102,8 +101,8 @@ SHAPES = {
     "bwd-s2": dict(batch=2, input_size=(19, 18), filter_size=3, stride=2, padding=1, dilation=1),
     "bwd-s2-dil3": dict(batch=1, input_size=(17, 20), filter_size=(5, 3), stride=2, padding=(4, 1), dilation=(3, 1)),
     "bwd-s1-pad3": dict(batch=2, input_size=(12, 13), filter_size=3, stride=1, padding=3, dilation=1),
-    # 3D (the gathering modes, and tma_box where it applies): depth taps, a depth bound, and a data-gradient phase
-    # of a depth phase
+    # 3D (the gathering modes, and the box modes where they apply): depth taps, a depth bound, and a data-gradient
+    # phase of a depth phase
     "conv3d": dict(batch=2, input_size=(6, 10, 11), filter_size=3, stride=1, padding=1, dilation=1),
     "bwd3d-s2": dict(batch=2, input_size=(7, 9, 8), filter_size=3, stride=2, padding=(2, 1, 1), dilation=1),
     # tma_box only: images whose best box is each width of the table (BOX_H x BOX_W are constexprs)
