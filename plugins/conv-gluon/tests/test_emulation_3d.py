@@ -38,11 +38,14 @@ SHAPES = {
 DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
 
 
-def make(name: str, direction: str) -> ConvProblem:
+def make(name: str, direction: str, shapes: dict = SHAPES) -> ConvProblem:
+    """Shape ``name`` of ``shapes`` in ``direction`` (a gradient without the forward's epilogue)."""
     fields = {"stride": 1, "padding": 0, "dilation": 1, "dtype": "bfloat16", "layout": "channels_last",
-              "arch": "sm_90", **SHAPES[name]}
+              "arch": "sm_90", **shapes[name]}
     problem = ConvProblem("fwd", **fields)
-    return problem if direction == "fwd" else problem.replace(bias=False, activation=None).with_direction(direction)
+    if direction == "fwd":
+        return problem
+    return problem.replace(bias=False, activation=None, out_dtype=problem.dtype).with_direction(direction)
 
 
 def make_plan(problem: ConvProblem, **overrides):
@@ -132,11 +135,7 @@ BOX_SHAPES = {
 
 
 def box_plan(name: str, direction: str = "fwd"):
-    fields = {"stride": 1, "padding": 0, "dilation": 1, "dtype": "bfloat16", "layout": "channels_last",
-              "arch": "sm_90", **BOX_SHAPES[name]}
-    problem = ConvProblem("fwd", **fields)
-    if direction != "fwd":
-        problem = problem.replace(bias=False, activation=None, out_dtype=problem.dtype).with_direction(direction)
+    problem = make(name, direction, BOX_SHAPES)
     entry = REGISTRY[f"{direction}_box"]
     assert entry.issue(problem) is None, entry.issue(problem)
     return problem, entry.plan(problem, entry, configs.select(TAB, entry.family, problem), TAB)
